@@ -1,0 +1,7 @@
+"""`python -m fitwhisper` is the `fitwhisper` command."""
+
+import sys
+
+from fitwhisper.cli import main
+
+sys.exit(main())

@@ -1,0 +1,32 @@
+"""Logging set-up for the command line; library modules only call `logging.getLogger(__name__)`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+LOGGER_NAME = "fitwhisper"
+
+
+def setup_logging(verbosity: int = 0) -> None:
+    """Send fitwhisper's log records to stderr.
+
+    Args:
+        verbosity: -1 quiet (warnings only), 0 normal (info), 1+ debug.
+    """
+    level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity == 0 else logging.DEBUG
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(level)
+    if not any(getattr(h, "_fitwhisper", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._fitwhisper = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.propagate = False
+    os.environ["FITWHISPER_QUIET"] = "1" if verbosity < 0 else ""
+
+
+def progress_enabled() -> bool:
+    """Progress bars only for a person watching: not with --quiet, not when stderr is piped."""
+    return not os.environ.get("FITWHISPER_QUIET") and sys.stderr.isatty()
