@@ -58,3 +58,90 @@ class DataConfig:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Use at most this many evaluation rows."}
     )
+
+
+@dataclass
+class ModelConfig:
+    """Which model to start from and what to train of it."""
+
+    model: str = field(
+        default="openai/whisper-small",
+        metadata={
+            "help": "Hub id (openai/whisper-small, MediaTek-Research/Breeze-ASR-25), a local "
+            "transformers or CTranslate2 folder, or offline/tiny.en, offline/base."
+        },
+    )
+    language: str | None = field(
+        default=None,
+        metadata={
+            "help": "Language of the speech for multilingual models (e.g. en, zh); a row's own "
+            "language column wins. Ignored by English-only (.en) models."
+        },
+    )
+    task: Literal["transcribe", "translate"] = field(
+        default="transcribe", metadata={"help": "transcribe, or translate into English."}
+    )
+    freeze_encoder: bool = field(
+        default=False, metadata={"help": "Train the decoder only; the encoder stays as loaded."}
+    )
+
+
+@dataclass
+class TrainConfig:
+    """How to train; names follow Seq2SeqTrainingArguments."""
+
+    output_dir: str = field(default="runs/fitwhisper", metadata={"help": "The run folder."})
+    train_manifest: str | None = field(
+        default=None, metadata={"help": "Training manifest (JSON, JSONL, CSV/TSV, audiofolder)."}
+    )
+    eval_manifest: str | None = field(
+        default=None, metadata={"help": "Held-out manifest scored by generation (WER/CER)."}
+    )
+    per_device_train_batch_size: int = field(
+        default=8, metadata={"help": "Clips per device per forward pass when training."}
+    )
+    per_device_eval_batch_size: int = field(
+        default=8, metadata={"help": "Clips per device per generate call when evaluating."}
+    )
+    gradient_accumulation_steps: int = field(
+        default=1,
+        metadata={"help": "Forward passes per optimizer step: effective batch = "
+                  "per-device batch x accumulation x processes."},
+    )  # fmt: skip
+    learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = field(
+        default="linear", metadata={"help": "Learning-rate schedule after warm-up."}
+    )
+    max_steps: int = field(
+        default=-1, metadata={"help": "Stop after this many optimizer steps (-1: use epochs)."}
+    )
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the data."})
+    logging_steps: int = field(default=10, metadata={"help": "Log loss every N steps."})
+    eval_strategy: Literal["no", "steps", "epoch"] = field(
+        default="no", metadata={"help": "When to score the eval manifest during training."}
+    )
+    eval_steps: int | None = field(default=None, metadata={"help": "Steps between evaluations."})
+    save_strategy: Literal["no", "steps", "epoch"] = field(
+        default="no", metadata={"help": "When to write checkpoints."}
+    )
+    save_steps: int = field(default=500, metadata={"help": "Steps between checkpoints."})
+    save_total_limit: int | None = field(
+        default=2, metadata={"help": "Keep at most this many checkpoints."}
+    )
+    seed: int = field(default=42, metadata={"help": "Random seed for model, data order, dropout."})
+    fp16: bool = field(default=False, metadata={"help": "fp16 mixed precision (CUDA only)."})
+    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (CUDA Ampere+)."})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in backward to save memory."}
+    )
+    dataloader_num_workers: int = field(
+        default=0, metadata={"help": "Processes decoding audio while the model trains."}
+    )
+    report_to: Literal["tensorboard", "wandb", "none"] = field(
+        default="tensorboard", metadata={"help": "Where training curves go."}
+    )
+    generation_max_length: int = field(
+        default=225, metadata={"help": "Longest transcript generated when scoring, in tokens."}
+    )

@@ -1,0 +1,43 @@
+# Set-up and everyday commands. `make demo` and `make test` need nothing but python3 (>= 3.10)
+# with venv and pip: they build .venv inside the checkout and install pinned dependencies.
+PYTHON ?= python3
+VENV ?= .venv
+# CPU build of torch; pip takes the local wheel where one lies on disk. On a CUDA machine use
+# e.g. `make TORCH=torch==2.13.0 TORCH_INDEX=https://download.pytorch.org/whl/cu128 setup`.
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+EXTRAS ?= offline-models,ct2,demo,dev
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast lint format clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first and pinned, or a dependency would pull a multi-GB CUDA build
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/fitwhisper demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: setup
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,194 @@
+"""Text normalisation and error rates: the one scorer behind training-time eval and `evaluate`.
+
+The same normaliser is applied to reference and hypothesis, and both raw and normalised
+figures are reported, so a number printed during training equals the one `evaluate` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import jiwer
+
+Metric = Literal["wer", "cer"]
+NormalizerName = Literal["auto", "whisper_english", "whisper_basic", "chinese", "none"]
+
+# Languages written without spaces between words: word error rate is meaningless there.
+CER_LANGUAGES = frozenset(
+    {"zh", "chinese", "mandarin", "yue", "cantonese", "ja", "japanese", "th", "thai", "lo", "lao",
+     "my", "burmese", "km", "khmer", "bo", "tibetan"}
+)  # fmt: skip
+ENGLISH = frozenset({"en", "english"})
+
+
+def metric_for_language(language: str | None) -> Metric:
+    """CER for languages written without spaces, WER otherwise (English-only models: WER)."""
+    return "cer" if language and language.lower() in CER_LANGUAGES else "wer"
+
+
+def normalizer_for_language(language: str | None) -> NormalizerName:
+    """The default normaliser: Whisper's English one for English (and English-only models)."""
+    if language is None or language.lower() in ENGLISH:
+        return "whisper_english"
+    # Languages scored by CER share the space-free normaliser (punctuation, spaces removed).
+    return "chinese" if language.lower() in CER_LANGUAGES else "whisper_basic"
+
+
+class TextNormalizer:
+    """Maps text to the form it is scored in.
+
+    - ``whisper_english``: Whisper's English normaliser (lower case, numbers and spellings
+      standardised, punctuation removed), from transformers with openai/whisper's table.
+    - ``whisper_basic``: Whisper's language-neutral normaliser (lower case, punctuation and
+      symbols to spaces).
+    - ``chinese``: punctuation (full- and half-width) and all spaces removed, Latin letters
+      lower-cased; optional OpenCC conversion (e.g. ``s2tw``) applied to both sides.
+    - ``none``: unchanged.
+    """
+
+    def __init__(self, name: NormalizerName, opencc_config: str | None = None) -> None:
+        if name == "auto":
+            raise ValueError("resolve 'auto' with normalizer_for_language() first")
+        self.name = name
+        self.opencc_config = opencc_config
+        self._fn = _build(name)
+        self._opencc = _opencc(opencc_config) if opencc_config else None
+
+    def __call__(self, text: str) -> str:
+        if self._opencc is not None:
+            text = self._opencc.convert(text)
+        return self._fn(text)
+
+    def describe(self) -> str:
+        """One line for reports: which normalisation was applied to both sides."""
+        conv = f" + OpenCC {self.opencc_config}" if self.opencc_config else ""
+        return f"{self.name}{conv} (applied to reference and hypothesis alike)"
+
+
+@dataclass(frozen=True)
+class Score:
+    """Error rates of a set of hypotheses against references, raw and normalised.
+
+    Rates are fractions (0.25 = 25%). ``errors`` and ``ref_units`` count words (WER) or
+    characters (CER) after normalisation.
+    """
+
+    metric: Metric
+    normalizer: str
+    raw: float
+    normalized: float
+    errors: int
+    ref_units: int
+    n_utterances: int
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {
+            "metric": self.metric,
+            "normalizer": self.normalizer,
+            f"{self.metric}": self.normalized,
+            f"{self.metric}_raw": self.raw,
+            "errors": self.errors,
+            "ref_units": self.ref_units,
+            "n_utterances": self.n_utterances,
+        }
+
+
+def score(
+    references: list[str], hypotheses: list[str], metric: Metric, normalizer: TextNormalizer
+) -> Score:
+    """Corpus-level WER or CER; utterances whose normalised reference is empty are skipped
+    for the normalised figure only when the hypothesis is empty too."""
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
+    norm_refs = [normalizer(r) for r in references]
+    norm_hyps = [normalizer(h) for h in hypotheses]
+    raw_errors, raw_units = _errors(references, hypotheses, metric)
+    errors, units = _errors(norm_refs, norm_hyps, metric)
+    return Score(
+        metric=metric,
+        normalizer=normalizer.describe(),
+        raw=raw_errors / max(raw_units, 1),
+        normalized=errors / max(units, 1),
+        errors=errors,
+        ref_units=units,
+        n_utterances=len(references),
+    )
+
+
+def utterance_errors(reference: str, hypothesis: str, metric: Metric) -> tuple[int, int]:
+    """(edit errors, reference length) for one utterance, in words or characters."""
+    return _errors([reference], [hypothesis], metric)
+
+
+def _errors(refs: list[str], hyps: list[str], metric: Metric) -> tuple[int, int]:
+    """Total substitutions + deletions + insertions and reference length over the corpus.
+
+    jiwer rejects empty references, so those count as all-insertion utterances here.
+    """
+    errors = units = 0
+    pairs_r, pairs_h = [], []
+    for r, h in zip(refs, hyps, strict=True):
+        r_units = _units(r, metric)
+        if not r_units:
+            errors += len(_units(h, metric))
+            continue
+        units += len(r_units)
+        pairs_r.append(r if metric == "wer" else " ".join(r_units))
+        pairs_h.append(h if metric == "wer" else " ".join(_units(h, metric)))
+    if pairs_r:
+        # CER is computed as WER over space-joined characters so that both metrics share
+        # one alignment code path; spaces themselves are not scored characters.
+        out = jiwer.process_words(pairs_r, [h if h.strip() else "" for h in pairs_h])
+        errors += out.substitutions + out.deletions + out.insertions
+    return errors, units
+
+
+def _units(text: str, metric: Metric) -> list[str]:
+    if metric == "wer":
+        return text.split()
+    return [c for c in text if not c.isspace()]
+
+
+def _build(name: NormalizerName):
+    if name == "none":
+        return lambda s: s
+    if name == "whisper_english":
+        from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+        return EnglishTextNormalizer(_english_spelling())
+    if name == "whisper_basic":
+        from transformers.models.whisper.english_normalizer import BasicTextNormalizer
+
+        return BasicTextNormalizer()
+    if name == "chinese":
+        return _normalize_chinese
+    raise ValueError(f"unknown normalizer {name!r}")
+
+
+def _normalize_chinese(text: str) -> str:
+    # Drop every Unicode punctuation/symbol character (covers full-width 。，、「」 too) and
+    # all whitespace; Latin letters in code-switched text are lower-cased.
+    kept = []
+    for ch in unicodedata.normalize("NFKC", text):
+        if ch.isspace() or unicodedata.category(ch)[0] in "PS":
+            continue
+        kept.append(ch.lower())
+    return "".join(kept)
+
+
+@cache
+def _english_spelling() -> dict[str, str]:
+    path = resources.files("fitwhisper") / "assets" / "english_spelling.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@cache
+def _opencc(config: str):
+    import opencc
+
+    return opencc.OpenCC(config)

@@ -1,0 +1,78 @@
+"""The one scorer: hand-computed WER/CER, normalisers applied to both sides."""
+
+import pytest
+
+from fitwhisper.scoring import (
+    TextNormalizer,
+    metric_for_language,
+    normalizer_for_language,
+    score,
+    utterance_errors,
+)
+
+
+def test_wer_counts_substitutions_deletions_insertions():
+    none = TextNormalizer("none")
+    # 1 substitution (sat->sit) + 1 deletion (mat) + 1 insertion (now) over 6 + 2 words
+    s = score(["the cat sat on the mat", "hello there"], ["the cat sit on the", "hello there now"],
+              "wer", none)  # fmt: skip
+    assert (s.errors, s.ref_units, s.n_utterances) == (3, 8, 2)
+    assert s.normalized == pytest.approx(3 / 8)
+
+
+def test_cer_ignores_spaces_and_counts_characters():
+    s = score(["我們去北京"], ["我 門 去 背景"], "cer", TextNormalizer("none"))
+    # 門 for 們, 背 for 北, 景 for 京: 3 substitutions over 5 characters
+    assert (s.errors, s.ref_units) == (3, 5)
+
+
+def test_english_normalizer_applied_to_both_sides_and_raw_kept():
+    s = score(["Hello, World!"], ["hello world"], "wer", TextNormalizer("whisper_english"))
+    assert s.normalized == 0.0
+    assert s.raw == pytest.approx(1.0)  # raw: "Hello," != "hello", "World!" != "world"
+
+
+def test_english_normalizer_standardises_spelling_with_the_shipped_table():
+    n = TextNormalizer("whisper_english")
+    assert n("The colour of the Harbour") == "the color of the harbor"
+
+
+def test_chinese_normalizer_drops_fullwidth_and_ascii_punctuation_and_spaces():
+    n = TextNormalizer("chinese")
+    assert n("你好，世界。 OK! 「測試」") == "你好世界ok測試"
+
+
+def test_opencc_conversion_applies_to_both_sides():
+    n = TextNormalizer("chinese", opencc_config="s2tw")
+    s = score(["我们去北京"], ["我們去北京"], "cer", n)
+    assert s.normalized == 0.0
+    assert "OpenCC s2tw" in n.describe()
+
+
+def test_empty_reference_counts_hypothesis_words_as_insertions():
+    s = score(["", "a b"], ["x y", "a b"], "wer", TextNormalizer("none"))
+    assert (s.errors, s.ref_units) == (2, 2)
+
+
+def test_utterance_errors():
+    assert utterance_errors("a b c", "a c", "wer") == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("language", "metric", "normalizer"),
+    [
+        (None, "wer", "whisper_english"),
+        ("en", "wer", "whisper_english"),
+        ("zh", "cer", "chinese"),
+        ("ja", "cer", "chinese"),
+        ("de", "wer", "whisper_basic"),
+    ],
+)
+def test_defaults_per_language(language, metric, normalizer):
+    assert metric_for_language(language) == metric
+    assert normalizer_for_language(language) == normalizer
+
+
+def test_length_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="2 references but 1 hypotheses"):
+        score(["a", "b"], ["a"], "wer", TextNormalizer("none"))
