@@ -10,7 +10,7 @@ EXTRAS ?= offline-models,ct2,demo,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint format clean
+.PHONY: setup demo test test-fast lint format constraints clean
 
 setup: $(STAMP)
 
@@ -32,12 +32,22 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff format --check src tests $(wildcard bench)
 
 format: setup
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests $(wildcard bench)
+	$(BIN)/ruff check --fix src tests $(wildcard bench)
+
+# Re-pin every dependency from a fresh environment (run after changing pyproject.toml).
+constraints:
+	rm -rf /tmp/fitwhisper-pin && $(PYTHON) -m venv /tmp/fitwhisper-pin
+	/tmp/fitwhisper-pin/bin/python -m pip install -q --upgrade pip
+	/tmp/fitwhisper-pin/bin/python -m pip install -q "$(TORCH)"
+	/tmp/fitwhisper-pin/bin/python -m pip install -q -e ".[$(EXTRAS)]"
+	{ echo "# Pinned versions for the set-up (pip install -c constraints.txt). Regenerate: make constraints"; \
+	  /tmp/fitwhisper-pin/bin/python -m pip freeze --exclude-editable \
+	  | grep -v -i -E '^(fitwhisper|pip|setuptools)==' | sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

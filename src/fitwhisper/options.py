@@ -1,0 +1,126 @@
+"""Command-line flags and `--config run.yaml` files from the configuration dataclasses.
+
+Every field of a config dataclass becomes `--field_name` with the field's help text, so the
+flags, the YAML files and the saved run record cannot drift apart. Precedence: a flag given
+on the command line beats the config file, which beats the dataclass default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+from fitwhisper.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """Add one flag per field of dataclass `cls`, in a help group named `title`."""
+    group = parser.add_argument_group(title, (cls.__doc__ or "").strip().splitlines()[0])
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind, choices, optional = _unwrap(hints[f.name])
+        default = _default_of(f)
+        help_text = f.metadata.get("help", "")
+        flag = f"--{f.name}"
+        # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten.
+        common = {"dest": f.name, "default": argparse.SUPPRESS}
+        if kind is bool:
+            group.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                help=f"{help_text} (default: {'on' if default else 'off'})",
+                **common,
+            )
+            continue
+        shown = "none" if default is None else default
+        group.add_argument(
+            flag,
+            type=_parser_for(kind, optional),
+            choices=choices,
+            metavar=None if choices else kind.__name__.upper(),
+            help=f"{help_text} (default: {shown})",
+            **common,
+        )
+
+
+def build_config(cls: type[T], args: argparse.Namespace, file_values: dict[str, Any]) -> T:
+    """An instance of `cls` from defaults, then the config file's section, then the flags."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in file_values.items() if k in names}
+    values.update({k: v for k, v in vars(args).items() if k in names})
+    return cls(**values)
+
+
+def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, dict[str, Any]]:
+    """Read a YAML config: either flat (`learning_rate: 1e-5`) or in sections named like the
+    run record (`model:`, `data:`, `train:`). Unknown keys are an error, all listed at once."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}", "check the path") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {p} is not valid YAML: {e}", "fix the YAML syntax") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of option: value", None)
+
+    field_section = {
+        f.name: section for section, cls in sections.items() for f in dataclasses.fields(cls)
+    }
+    out: dict[str, dict[str, Any]] = {s: {} for s in sections}
+    unknown: list[str] = []
+    for key, value in raw.items():
+        if key in sections and isinstance(value, dict):
+            for k, v in value.items():
+                (out[key].__setitem__(k, v) if field_section.get(k) == key else unknown.append(k))
+        elif key in field_section:
+            out[field_section[key]][key] = value
+        elif key not in ("versions", "resolved", "code_revision"):  # parts of a run record
+            unknown.append(str(key))
+    if unknown:
+        raise ConfigError(
+            f"config file {p} has unknown options: {', '.join(sorted(unknown))}",
+            "remove them or fix their spelling; `--help` lists every option",
+        )
+    return out
+
+
+def _unwrap(hint: Any) -> tuple[type, list[Any] | None, bool]:
+    """(base type, choices, optional) of a field's type hint."""
+    optional = False
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0]
+        origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = list(typing.get_args(hint))
+        return type(choices[0]), choices, optional
+    return hint, None, optional
+
+
+def _parser_for(kind: type, optional: bool):
+    def parse(text: str):
+        if optional and text.lower() in ("none", "null"):
+            return None
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error messages
+    return parse
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None

@@ -1,0 +1,112 @@
+"""Shared fixtures: an isolated model cache, a tiny random Whisper, generated and real speech.
+
+The tiny model keeps Whisper's real front end (80 mel bins, 1500 encoder positions, so 30 s
+windows) and the real tiny.en tokenizer, with everything else shrunk so a training step takes
+milliseconds. Real weights come from the offline packages (`offline/tiny.en`, `offline/base`)
+and real recordings from `../shared/data`; tests that need either are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Converted offline models go to a per-session cache, never to the user's home.
+
+    FITWHISPER_TEST_CACHE, when set, names a folder to reuse across sessions (faster local
+    runs); CI leaves it unset.
+    """
+    cache = os.environ.get("FITWHISPER_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
+    os.environ["FITWHISPER_CACHE"] = cache
+    os.environ["HF_HUB_OFFLINE"] = "1"  # the Hub is never reached from tests
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return Path(cache)
+
+
+@pytest.fixture(scope="session")
+def tiny_en_processor():
+    """The real tiny.en processor (tokenizer repaired by the importer)."""
+    from fitwhisper.models.resolve import load_processor
+
+    return load_processor("offline/tiny.en")
+
+
+@pytest.fixture(scope="session")
+def tiny_whisper_dir(tmp_path_factory: pytest.TempPathFactory, tiny_en_processor) -> Path:
+    """A saved tiny random English Whisper: a transformers folder any resolver accepts."""
+    import torch
+    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
+
+    from fitwhisper.models.resolve import resolve_model
+
+    tok = tiny_en_processor.tokenizer
+    real = resolve_model("offline/tiny.en").path_or_id
+    real_cfg = WhisperConfig.from_pretrained(real)
+    cfg = WhisperConfig(
+        vocab_size=real_cfg.vocab_size,
+        num_mel_bins=80,
+        max_source_positions=1500,
+        max_target_positions=448,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        pad_token_id=real_cfg.pad_token_id,
+        bos_token_id=real_cfg.bos_token_id,
+        eos_token_id=real_cfg.eos_token_id,
+        decoder_start_token_id=real_cfg.decoder_start_token_id,
+    )
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(cfg)
+    model.generation_config = GenerationConfig.from_pretrained(real)
+    out = tmp_path_factory.mktemp("tiny-whisper")
+    model.save_pretrained(out)
+    tiny_en_processor.save_pretrained(out)
+    assert len(tok) <= cfg.vocab_size
+    return out
+
+
+def write_tone(path: Path, seconds: float, *, sr: int = 16_000, freq: float = 440.0) -> Path:
+    """A tone with a little noise, so it is neither silent nor identical to another file."""
+    import soundfile
+
+    rng = np.random.default_rng(abs(hash((str(path), seconds, freq))) % 2**32)
+    t = np.arange(int(seconds * sr)) / sr
+    audio = 0.3 * np.sin(2 * np.pi * freq * t) + 0.01 * rng.standard_normal(t.size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    soundfile.write(str(path), audio.astype(np.float32), sr)
+    return path
+
+
+@pytest.fixture
+def tone_manifest(tmp_path: Path) -> Path:
+    """A JSONL manifest of 6 distinct tone clips (1-2 s) with short English transcripts."""
+    rows = []
+    for i in range(6):
+        rel = f"clips/tone_{i}.wav"
+        write_tone(tmp_path / rel, 1.0 + 0.2 * i, freq=300.0 + 50 * i)
+        rows.append({"audio_path": rel, "text": f"tone number {i} is playing"})
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """`../shared/data` (real recordings); tests needing it skip where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real recordings not found at {SHARED_DATA}")
+    return SHARED_DATA
