@@ -25,7 +25,7 @@ def test_metrics_fn_scores_generated_ids_against_manifest_texts(tiny_en_processo
 
     tok = tiny_en_processor.tokenizer
     refs = ["the cat sat", "on the mat"]
-    hyps = [" the cat sat", " on a mat"]  # one substitution in five words
+    hyps = [" the cat sat", " on a mat"]  # one substitution in six words
     width = max(len(tok(h).input_ids) for h in hyps)
     preds = np.full((2, width), -100)
     for i, h in enumerate(hyps):
@@ -33,7 +33,7 @@ def test_metrics_fn_scores_generated_ids_against_manifest_texts(tiny_en_processo
         preds[i, : len(ids)] = ids
     metric, norm = make_scorer("en")
     out = metrics_fn(tok, refs, metric, norm)(SimpleNamespace(predictions=preds))
-    assert out["wer"] == pytest.approx(1 / 5)
+    assert out["wer"] == pytest.approx(1 / 6)
 
 
 def test_evaluate_manifest_writes_per_utterance_predictions(

@@ -57,9 +57,11 @@ def test_training_lowers_loss_and_writes_a_complete_run(
         callbacks=(loss_log.callback,),
     )
 
-    # The same six clips every step: a learning model must fit them.
+    # The same six clips every step: a learning model must fit them. It starts near
+    # ln(vocabulary) = 10.9 nats; 12 steps take it well below.
     assert len(loss_log.losses) == 12
-    assert loss_log.losses[-1] < 0.5 * loss_log.losses[0]
+    assert loss_log.losses[-1] < loss_log.losses[0] - 2.0
+    assert all(b < a for a, b in zip(loss_log.losses[:4], loss_log.losses[1:5], strict=True))
     assert result.global_step == 12
     assert (result.train_rows, result.eval_rows, result.skipped_rows) == (6, 6, 0)
 

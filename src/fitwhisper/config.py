@@ -43,7 +43,7 @@ class DataConfig:
     )
     max_label_tokens: int = field(
         default=WHISPER_MAX_LABEL_TOKENS,
-        metadata={"help": "Longest transcript in tokens, special tokens included (decoder limit 448)."},
+        metadata={"help": "Longest transcript in tokens, special tokens included (limit 448)."},
     )
     bad_rows: Literal["error", "skip"] = field(
         default="error",

@@ -46,9 +46,7 @@ class EvalResult:
         metric = self.score.metric
         with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
             for uid, ref, hyp in zip(self.ids, self.references, self.hypotheses, strict=True):
-                errors, units = utterance_errors(
-                    self.normalizer(ref), self.normalizer(hyp), metric
-                )
+                errors, units = utterance_errors(self.normalizer(ref), self.normalizer(hyp), metric)
                 row = {"id": uid, "reference": ref, "hypothesis": hyp, "errors": errors}
                 row[f"ref_{'words' if metric == 'wer' else 'chars'}"] = units
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -118,6 +116,7 @@ def evaluate_model(
         ids: row ids for the per-utterance file.
         language: picks the metric and normaliser when those are not given.
     """
+    import torch
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
     from fitwhisper.data.features import WhisperCollator
@@ -134,6 +133,7 @@ def evaluate_model(
             report_to="none",
             remove_unused_columns=False,
             disable_tqdm=True,
+            dataloader_pin_memory=torch.cuda.is_available(),
         )
         trainer = Seq2SeqTrainer(
             model=model,
@@ -175,8 +175,8 @@ def evaluate_manifest(
     from fitwhisper.data.check import apply_bad_row_policy, check_manifest
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.data.manifest import load_manifest, select
-    from fitwhisper.models.resolve import load_model, load_processor
     from fitwhisper.models.generation import configure_generation, language_for
+    from fitwhisper.models.resolve import load_model, load_processor
 
     processor = load_processor(model_spec)
     data_cfg = DataConfig()

@@ -56,7 +56,7 @@ def train(
         DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
         ModelLoadError: the model cannot be resolved.
     """
-    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+    from transformers import Seq2SeqTrainer
 
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn
@@ -255,8 +255,10 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
         seed=cfg.seed,
         fp16=cfg.fp16,
         bf16=cfg.bf16,
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
+        activation_checkpointing=cfg.gradient_checkpointing,
         dataloader_num_workers=cfg.dataloader_num_workers,
+        dataloader_pin_memory=_cuda_available(),
         predict_with_generate=True,
         generation_max_length=cfg.generation_max_length,
         generation_num_beams=1,
@@ -314,8 +316,8 @@ def _write_run_record(
         "resolved": {"language": language},
         "versions": {
             "fitwhisper": fitwhisper.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
+            "torch": str(torch.__version__),
+            "transformers": str(transformers.__version__),
             "python": platform.python_version(),
         },
         "code_revision": _code_revision(),

@@ -1,0 +1,357 @@
+"""The data check before training (D4, D5): every row's audio and transcript, per-row results.
+
+Run by `fitwhisper check-data MANIFEST`, and by `train` and `evaluate` before any weights
+load. Every clip is decoded once, streaming (two threads), for its duration, loudness and
+content hash; nothing is kept but a few numbers per row, so memory stays flat.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fitwhisper.config import DataConfig
+from fitwhisper.data.audio import AudioDecodeError, load_audio_with_info
+from fitwhisper.data.manifest import BAD_ENCODING, MISSING_FIELD, UNPARSABLE_ROW, Manifest, Row
+from fitwhisper.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+SILENCE_PEAK = 1e-4  # peak |sample| below this (-80 dBFS) counts as a silent clip
+_DECODE_THREADS = 2  # libsndfile, FFmpeg and soxr release the GIL while they work
+_CHUNK_ROWS = 64  # rows in flight at once: bounds memory however long the manifest
+
+# Every problem a row can have, in report order, with what it means.
+PROBLEMS: dict[str, str] = {
+    UNPARSABLE_ROW: "the row could not be read",
+    MISSING_FIELD: "the row lacks its audio or transcript",
+    BAD_ENCODING: "text that is not valid UTF-8",
+    "missing_file": "audio file not found",
+    "undecodable_audio": "audio that neither soundfile nor FFmpeg can decode",
+    "empty_audio": "audio with no samples",
+    "silent_audio": f"audio whose peak is below {SILENCE_PEAK:g} (-80 dBFS)",
+    "too_short": "clip shorter than --min_audio_len",
+    "too_long": "clip longer than --max_audio_len",
+    "empty_text": "empty transcript",
+    "label_too_long": "transcript longer than --max_label_tokens tokens",
+    "unknown_language": "a language Whisper has no token for",
+    "duplicate_audio": "same audio as an earlier row, different transcript",
+    "duplicate_pair": "same audio and transcript as an earlier row",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # a key of PROBLEMS
+    detail: str
+
+
+@dataclass
+class RowResult:
+    """What the check found for one row."""
+
+    row: Row
+    where: str  # `file:line`
+    problems: list[Problem] = field(default_factory=list)
+    sample_rate_hz: int | None = None
+    channels: int | None = None
+    duration_s: float | None = None
+    label_tokens: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class CheckReport:
+    """Per-row results of `check_manifest` and what they add up to."""
+
+    manifest: Manifest
+    rows: list[RowResult]
+    data_cfg: DataConfig
+    labels_checked: bool  # False when no tokenizer was given
+
+    @property
+    def ok(self) -> bool:
+        """Fit for training: at least one row, and no row with a problem."""
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+    def counts(self) -> dict[str, int]:
+        """Problem kind -> number of rows that have it (a row may have several)."""
+        c = Counter(p.kind for r in self.rows for p in r.problems)
+        return {k: c[k] for k in PROBLEMS if c[k]}
+
+    def usable_rows(self) -> list[Row]:
+        return [r.row for r in self.rows if r.ok]
+
+    @property
+    def total_hours(self) -> float:
+        return sum(r.duration_s or 0.0 for r in self.rows) / 3600
+
+    @property
+    def usable_hours(self) -> float:
+        return sum(r.duration_s or 0.0 for r in self.rows if r.ok) / 3600
+
+    def bad_rows(self) -> list[RowResult]:
+        return [r for r in self.rows if not r.ok]
+
+    def write(self, path: str | Path) -> Path:
+        """Write one line per row to `path` (.jsonl or .csv, by its suffix)."""
+        path = Path(path)
+        if path.suffix.lower() not in (".jsonl", ".csv"):
+            raise ConfigError(
+                f"report file {path} must end in .jsonl or .csv", hint="e.g. --report report.csv"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        records = (_record(r) for r in self.rows)
+        with path.open("w", encoding="utf-8", newline="") as f:
+            if path.suffix.lower() == ".jsonl":
+                for rec in records:
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            else:
+                writer = csv.DictWriter(f, fieldnames=_REPORT_FIELDS)
+                writer.writeheader()
+                writer.writerows(records)
+        return path
+
+    def format_summary(self) -> str:
+        """A table: rows checked, rows per problem, rows fit for training, hours."""
+        n = len(self.rows)
+        usable = sum(r.ok for r in self.rows)
+        lines = [f"{self.manifest.path} ({self.manifest.format}): {n:,} rows checked"]
+        counts = self.counts()
+        width = max([len(k) for k in counts] + [len("rows fit for training")])
+        for kind, count in counts.items():
+            lines.append(f"  {kind:<{width}}  {count:>7,}  {PROBLEMS[kind]}")
+        lines.append(f"  {'rows fit for training':<{width}}  {usable:>7,}  of {n:,}")
+        lines.append(
+            f"  {'hours of audio':<{width}}  {self.total_hours:>7.2f}  "
+            f"({self.usable_hours:.2f} h in rows fit for training)"
+        )
+        if not self.labels_checked:
+            lines.append("  transcript lengths in tokens were not checked (no --model given)")
+        lines.append("fit for training" if self.ok else "NOT fit for training")
+        return "\n".join(lines)
+
+    def format_bad_rows(self, limit: int | None = 50, report_path: str | Path | None = None) -> str:
+        """One line per problem of the bad rows: `file:line  problem  detail`."""
+        lines = [f"{r.where}  {p.kind}  {p.detail}" for r in self.bad_rows() for p in r.problems]
+        if limit is not None and len(lines) > limit:
+            more = len(lines) - limit
+            see = f", see {report_path}" if report_path else ", see --report FILE"
+            lines = lines[:limit] + [f"... and {more:,} more{see}"]
+        return "\n".join(lines)
+
+
+def check_manifest(
+    manifest: Manifest, data_cfg: DataConfig, tokenizer=None, progress: bool = True
+) -> CheckReport:
+    """Check every row of `manifest` against `data_cfg`.
+
+    Args:
+        manifest: from `load_manifest`.
+        data_cfg: min/max clip length and the label token limit.
+        tokenizer: the model's Whisper tokenizer; without it label lengths are not checked.
+        progress: show a progress bar (only when `fitwhisper.logs.progress_enabled()`).
+
+    Returns:
+        A `CheckReport`; nothing is raised for bad rows (see `apply_bad_row_policy`).
+    """
+    from fitwhisper.logs import progress_enabled
+
+    results: list[RowResult] = []
+    seen_audio: dict[str, RowResult] = {}  # content hash -> first row with it
+    bar = None
+    if progress and progress_enabled():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(manifest.rows), desc="checking data", unit="row")
+    with ThreadPoolExecutor(_DECODE_THREADS) as pool:
+        for chunk in _chunks(manifest.rows, _CHUNK_ROWS):
+            for row, audio in zip(chunk, pool.map(_inspect_audio, chunk), strict=True):
+                result = RowResult(row, manifest.where(row))
+                _check_row(result, audio, data_cfg, tokenizer, seen_audio)
+                results.append(result)
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return CheckReport(manifest, results, data_cfg, labels_checked=tokenizer is not None)
+
+
+def apply_bad_row_policy(
+    report: CheckReport, data_cfg: DataConfig, report_path: str | Path | None = None
+) -> list[Row]:
+    """The rows to use, by `data_cfg.bad_rows`.
+
+    "error": raise if any row has a problem, naming the first few. "skip": return the rows
+    without problems and log how many were left out for which problem (the first of a set of
+    duplicates is kept).
+
+    Raises:
+        DataError: bad rows with `bad_rows="error"`, or no usable row at all.
+    """
+    bad = report.bad_rows()
+    name = report.manifest.path
+    see = f"; every row is listed in {report_path}" if report_path else ""
+    if not bad:
+        return report.usable_rows()
+    summary = ", ".join(f"{n:,} {kind}" for kind, n in report.counts().items())
+    if data_cfg.bad_rows == "error":
+        shown = [f"  {r.where}: {r.problems[0].kind} ({r.problems[0].detail})" for r in bad[:5]]
+        if len(bad) > 5:
+            shown.append(f"  ... and {len(bad) - 5:,} more")
+        raise DataError(
+            f"{len(bad):,} of {len(report.rows):,} rows of {name} are unfit for training "
+            f"({summary}):\n" + "\n".join(shown),
+            hint=f"fix those rows, or pass --bad_rows skip to leave them out (counted), or run "
+            f"`fitwhisper check-data {name}` to list them all{see}",
+        )
+    usable = report.usable_rows()
+    log.warning(
+        "Skipped %s of %s rows of %s: %s%s", f"{len(bad):,}", f"{len(report.rows):,}", name,
+        summary, see,
+    )  # fmt: skip
+    if not usable:
+        raise DataError(
+            f"every row of {name} has a problem ({summary})",
+            hint=f"run `fitwhisper check-data {name}` to see them",
+        )
+    return usable
+
+
+# --- one row ------------------------------------------------------------------------------
+
+
+@dataclass
+class _AudioFacts:
+    problem: Problem | None = None
+    sample_rate_hz: int | None = None
+    channels: int | None = None
+    duration_s: float | None = None
+    peak: float | None = None
+    digest: str | None = None
+
+
+def _inspect_audio(row: Row) -> _AudioFacts:
+    """Decode one clip (in a worker thread) and keep only numbers about it."""
+    if row.audio is None:
+        return _AudioFacts()
+    if isinstance(row.audio, Path) and not row.audio.is_file():
+        return _AudioFacts(Problem("missing_file", f"{row.audio} not found"))
+    try:
+        samples, info = load_audio_with_info(row.audio)
+    except AudioDecodeError as e:
+        return _AudioFacts(Problem("undecodable_audio", e.message))
+    except DataError as e:  # a path inside a dataset row that does not exist
+        return _AudioFacts(Problem("missing_file", e.message))
+    return _AudioFacts(
+        sample_rate_hz=info.sample_rate_hz,
+        channels=info.channels,
+        duration_s=info.duration_s,
+        peak=float(np.abs(samples).max()) if samples.size else 0.0,
+        # Content, not path: the same clip copied or re-encoded losslessly is a duplicate.
+        digest=hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest() if samples.size
+        else None,
+    )  # fmt: skip
+
+
+def _check_row(
+    result: RowResult,
+    audio: _AudioFacts,
+    cfg: DataConfig,
+    tokenizer,
+    seen_audio: dict[str, RowResult],
+) -> None:
+    row, add = result.row, result.problems.append
+    if row.problem:
+        add(Problem(row.problem, row.detail or PROBLEMS[row.problem]))
+    result.sample_rate_hz = audio.sample_rate_hz
+    result.channels = audio.channels
+    result.duration_s = audio.duration_s
+    if audio.problem:
+        add(audio.problem)
+    elif audio.duration_s is not None:
+        d = audio.duration_s
+        if audio.digest is None:
+            add(Problem("empty_audio", "0 samples"))
+        elif audio.peak is not None and audio.peak < SILENCE_PEAK:
+            add(Problem("silent_audio", f"peak {audio.peak:.1e} < {SILENCE_PEAK:g}"))
+        if audio.digest is not None and d < cfg.min_audio_len:
+            add(Problem("too_short", f"{d:.2f} s < --min_audio_len {cfg.min_audio_len:g} s"))
+        if d > cfg.max_audio_len:
+            add(Problem("too_long", f"{d:.2f} s > --max_audio_len {cfg.max_audio_len:g} s"))
+    if row.text is not None and not row.text.strip() and row.problem is None:
+        add(Problem("empty_text", "the transcript is empty"))
+    elif row.text and row.text.strip() and tokenizer is not None:
+        _check_label(result, tokenizer, cfg)
+    if audio.digest is not None:
+        # Only usable rows become "the first": a later good copy of a bad row is kept.
+        first = seen_audio.get(audio.digest)
+        if first is None and result.ok:
+            seen_audio[audio.digest] = result
+        elif first is not None:
+            same_text = (first.row.text or "").strip() == (row.text or "").strip()
+            kind = "duplicate_pair" if same_text else "duplicate_audio"
+            what = "audio and transcript" if same_text else "audio"
+            add(Problem(kind, f"same {what} as {first.where}"))
+
+
+def _check_label(result: RowResult, tokenizer, cfg: DataConfig) -> None:
+    from fitwhisper.data.features import label_ids
+
+    row = result.row
+    # The longest prompt the row can get: language and task tokens (multilingual models).
+    try:
+        n = len(label_ids(tokenizer, row.text, row.language or "en", "transcribe"))
+    except DataError as e:  # an unknown language code in the row's language column
+        result.problems.append(Problem("unknown_language", e.message))
+        return
+    result.label_tokens = n
+    if n > cfg.max_label_tokens:
+        result.problems.append(
+            Problem(
+                "label_too_long",
+                f"{n} tokens > --max_label_tokens {cfg.max_label_tokens} (special tokens included)",
+            )
+        )
+
+
+def _chunks(rows: list[Row], size: int) -> Iterator[list[Row]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+_REPORT_FIELDS = [
+    "index", "line", "where", "id", "audio", "language", "text", "ok", "problems", "details",
+    "duration_s", "sample_rate_hz", "channels", "label_tokens",
+]  # fmt: skip
+
+
+def _record(r: RowResult) -> dict:
+    return {
+        "index": r.row.index,
+        "line": r.row.line,
+        "where": r.where,
+        "id": r.row.id,
+        "audio": str(r.row.audio) if r.row.audio is not None else None,
+        "language": r.row.language,
+        "text": r.row.text,
+        "ok": r.ok,
+        "problems": ";".join(p.kind for p in r.problems),
+        "details": "; ".join(p.detail for p in r.problems),
+        "duration_s": None if r.duration_s is None else round(r.duration_s, 3),
+        "sample_rate_hz": r.sample_rate_hz,
+        "channels": r.channels,
+        "label_tokens": r.label_tokens,
+    }

@@ -1,0 +1,493 @@
+"""Manifests (D1): the list of (audio, transcript) rows to train or score on.
+
+Accepted: a JSON list `[{"audio_path": ..., "text": ...}]`, JSONL, CSV/TSV, a Hugging Face
+`audiofolder` (a folder with metadata.csv or metadata.jsonl and a `file_name` column) and a
+`datasets` dataset written by `save_to_disk`. Relative audio paths resolve against the
+manifest's folder. Rows hold references to audio, never audio, so large manifests stay light.
+
+A row that cannot be read (bad JSON, a missing field, text that is not UTF-8) becomes a row
+with a `problem` for `check-data` to report; only a file that is not a manifest at all raises.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fitwhisper.data.audio import InMemoryAudio
+from fitwhisper.errors import DataError
+
+log = logging.getLogger(__name__)
+
+# Tried in order when no column is named (DataConfig help lists the same names).
+AUDIO_COLUMNS = ("audio_path", "audio", "file_name", "path", "file", "wav")
+TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text")
+ID_COLUMNS = ("id", "utt_id", "key")
+
+# Row-level parse problems; `check` adds the audio and text ones.
+UNPARSABLE_ROW = "unparsable_row"
+MISSING_FIELD = "missing_field"
+BAD_ENCODING = "bad_encoding"
+
+_FORMATS_HINT = (
+    "a manifest is a .json list, .jsonl, .csv or .tsv file, an audiofolder (a folder with "
+    "metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk"
+)
+
+
+@dataclass(slots=True)
+class Row:
+    """One (audio, transcript) pair of a manifest.
+
+    Attributes:
+        index: 0-based position among the manifest's rows.
+        line: where a person finds it: the 1-based line of a JSON/JSONL/CSV file (CSV counts
+            the header), or the 1-based row number of a `datasets` dataset.
+        audio: absolute path of the audio file, an `InMemoryAudio` for clips stored inside a
+            dataset, or None when the row names no audio.
+        text: the transcript (None when missing; undecodable bytes shown as U+FFFD).
+        language: the row's own language code, when the manifest has a language column.
+        id: the manifest's id column, else the audio reference as written.
+        problem: a parse problem (`unparsable_row`, `missing_field`, `bad_encoding`) or None.
+        detail: what exactly, for the report.
+    """
+
+    index: int
+    line: int
+    audio: Path | InMemoryAudio | None
+    text: str | None
+    language: str | None = None
+    id: str = ""
+    problem: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class Manifest:
+    """A loaded manifest: its rows and how they were read."""
+
+    path: Path
+    format: str  # json | jsonl | csv | tsv | audiofolder | datasets
+    rows: list[Row]
+    audio_column: str
+    text_column: str
+    language_column: str | None
+    columns: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def where(self, row: Row) -> str:
+        """`train.jsonl:17`, the way error messages and reports name a row."""
+        return f"{self.path.name}:{row.line}"
+
+
+def load_manifest(
+    path: str | os.PathLike,
+    audio_column: str | None = None,
+    text_column: str | None = None,
+    language_column: str | None = "language",
+) -> Manifest:
+    """Read a manifest's rows (no audio is read).
+
+    Args:
+        path: a manifest file, an audiofolder or a `save_to_disk` folder.
+        audio_column: column with the audio; None picks the first of `AUDIO_COLUMNS` present.
+        text_column: column with the transcript; None picks the first of `TEXT_COLUMNS`.
+        language_column: optional per-row language column; ignored when absent.
+
+    Raises:
+        DataError: no such file, not a manifest, no rows, or the named columns are absent.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataError(f"manifest {p} not found", hint=_FORMATS_HINT)
+    if p.is_dir():
+        return _load_folder(p, audio_column, text_column, language_column)
+    suffix = p.suffix.lower()
+    if suffix in (".csv", ".tsv", ".tab"):
+        fmt = "csv" if suffix == ".csv" else "tsv"
+        records = _read_csv(p, delimiter="," if fmt == "csv" else "\t")
+    elif suffix in (".json", ".jsonl", ".ndjson"):
+        fmt = "json" if suffix == ".json" and _first_char(p) == "[" else "jsonl"
+        records = _read_json_list(p) if fmt == "json" else _read_jsonl(p)
+    else:
+        raise DataError(f"{p}: unknown manifest type '{suffix or p.name}'", hint=_FORMATS_HINT)
+    return _build(p, fmt, records, p.parent, audio_column, text_column, language_column)
+
+
+T = TypeVar("T")
+
+
+def select(rows: Sequence[T], n: int | None) -> list[T]:
+    """The first `n` rows (all when `n` is None): `max_train_samples` / `max_eval_samples`."""
+    return list(rows) if n is None else list(rows[: max(0, n)])
+
+
+# --- records: (line, dict | None, problem detail) from each format ----------------------
+
+_Record = tuple[int, dict[str, Any] | None, str | None]
+
+
+def _first_char(path: Path) -> str:
+    with path.open("rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1].decode("ascii", errors="replace")
+
+
+def _open_text(path: Path):
+    # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row is reported
+    # as `bad_encoding` instead of the whole file failing; utf-8-sig drops an Excel BOM.
+    return path.open(encoding="utf-8-sig", errors="surrogateescape", newline="")
+
+
+def _read_jsonl(path: Path) -> Iterator[_Record]:
+    with _open_text(path) as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield line_no, None, f"not valid JSON: {e.msg} at column {e.colno}"
+                continue
+            if not isinstance(obj, dict):
+                yield line_no, None, f"expected a JSON object, got {type(obj).__name__}"
+                continue
+            yield line_no, obj, None
+
+
+def _read_json_list(path: Path) -> Iterator[_Record]:
+    with _open_text(path) as f:
+        text = f.read()
+    # Walk the list element by element so each row knows the line it starts on.
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    line_no, counted = 1, 0
+    while True:
+        pos = _skip_ws(text, pos)
+        if pos < len(text) and text[pos] == "]":
+            return
+        line_no += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{path} is not a valid JSON list: {e.msg} at line {e.lineno} column {e.colno}",
+                hint="fix the JSON there, or write one JSON object per line (JSONL), where a "
+                "bad line is reported and the rest still load",
+            ) from e
+        if isinstance(obj, dict):
+            yield line_no, obj, None
+        else:
+            yield line_no, None, f"expected a JSON object, got {type(obj).__name__}"
+        pos = _skip_ws(text, end)
+        if pos < len(text) and text[pos] == ",":
+            pos += 1
+        elif pos >= len(text) or text[pos] != "]":
+            line_no += text.count("\n", counted, pos)
+            raise DataError(
+                f"{path} is not a valid JSON list: expected ',' or ']' at line {line_no}",
+                hint="fix the JSON there, or write one JSON object per line (JSONL)",
+            )
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _read_csv(path: Path, delimiter: str) -> Iterator[_Record]:
+    with _open_text(path) as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise DataError(f"{path}: cannot read the header: {e}", hint=_FORMATS_HINT) from e
+        header = [h.strip() for h in header]
+        end_line = reader.line_num
+        while True:
+            start_line = end_line + 1
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                end_line = reader.line_num
+                yield start_line, None, f"not valid CSV: {e}"
+                continue
+            end_line = reader.line_num
+            if not values or all(not v.strip() for v in values):
+                continue
+            if len(values) > len(header):
+                yield (
+                    start_line,
+                    None,
+                    f"{len(values)} fields but the header has {len(header)} "
+                    f"(an unquoted '{delimiter}' in the text?)",
+                )
+                continue
+            yield start_line, dict(zip(header, values, strict=False)), None
+
+
+# --- folders ------------------------------------------------------------------------------
+
+
+def _load_folder(
+    folder: Path, audio_column: str | None, text_column: str | None, language_column: str | None
+) -> Manifest:
+    if (folder / "dataset_info.json").is_file() or (folder / "state.json").is_file():
+        return _load_saved_dataset(folder, audio_column, text_column, language_column)
+    if (folder / "dataset_dict.json").is_file():
+        splits = json.loads((folder / "dataset_dict.json").read_text()).get("splits", [])
+        raise DataError(
+            f"{folder} holds several splits ({', '.join(splits)}), not one dataset",
+            hint=f"pass one of them, e.g. {folder / (splits[0] if splits else 'train')}",
+        )
+    for name, reader in (
+        ("metadata.csv", lambda p: _read_csv(p, ",")),
+        ("metadata.jsonl", _read_jsonl),
+        ("metadata.tsv", lambda p: _read_csv(p, "\t")),
+    ):
+        meta = folder / name
+        if meta.is_file():
+            audio_column = audio_column or "file_name"  # audiofolder's own convention
+            return _build(
+                meta, "audiofolder", reader(meta), folder, audio_column, text_column,
+                language_column,
+            )  # fmt: skip
+    raise DataError(
+        f"{folder} is a folder without metadata.csv or metadata.jsonl", hint=_FORMATS_HINT
+    )
+
+
+def _load_saved_dataset(
+    folder: Path, audio_column: str | None, text_column: str | None, language_column: str | None
+) -> Manifest:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(folder))
+    except Exception as e:  # datasets raises FileNotFoundError, ValueError, ArrowInvalid, ...
+        raise DataError(f"cannot load the saved dataset {folder}: {e}", hint=_FORMATS_HINT) from e
+    if isinstance(ds, datasets.DatasetDict):
+        raise DataError(
+            f"{folder} holds several splits ({', '.join(ds)}), not one dataset",
+            hint=f"pass one of them, e.g. {folder / next(iter(ds), 'train')}",
+        )
+    columns = list(ds.column_names)
+    audio_col = _pick(columns, audio_column, AUDIO_COLUMNS, "audio", folder)
+    text_col = _pick(columns, text_column, TEXT_COLUMNS, "text", folder)
+    lang_col = language_column if language_column in columns else None
+    id_col = next((c for c in ID_COLUMNS if c in columns), None)
+    audio_feature = ds.features[audio_col]
+    if isinstance(audio_feature, datasets.Audio):
+        # decode=False yields {"path", "bytes"}; decoding is ours (datasets 4+ would need
+        # torchcodec, which CPU installs lack).
+        ds = ds.cast_column(audio_col, datasets.Audio(decode=False))
+    light = [c for c in (text_col, lang_col, id_col) if c]
+    rows: list[Row] = []
+    # Read the light columns in batches; the audio column is touched per row only for its
+    # path, so embedded bytes or arrays stay in the memory-mapped Arrow file.
+    audio_refs = _audio_refs(ds, audio_col)
+    for start, batch in _batches(ds.select_columns(light)):
+        for j in range(len(batch[text_col])):
+            i = start + j
+            rows.append(
+                _dataset_row(
+                    ds, folder, i, audio_col, audio_refs[i], batch[text_col][j],
+                    batch[lang_col][j] if lang_col else None,
+                    batch[id_col][j] if id_col else None,
+                )
+            )  # fmt: skip
+    if not rows:
+        raise DataError(f"the dataset {folder} has no rows", hint=_FORMATS_HINT)
+    return Manifest(folder, "datasets", rows, audio_col, text_col, lang_col, columns)
+
+
+def _audio_refs(ds, column: str) -> list[tuple[str | None, bool]]:
+    """Per row: (path as stored, whether the clip's bytes or samples are in the dataset).
+
+    `save_to_disk` embeds the bytes of an `Audio` column and keeps only the file's name, so
+    most saved datasets carry their audio; a plain string column holds paths.
+    """
+    import pyarrow as pa
+
+    column_data = ds.data.column(column)  # pyarrow ChunkedArray, memory-mapped
+    kind = column_data.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return [(p, False) for p in column_data.to_pylist()]
+    if not pa.types.is_struct(kind):
+        return [(None, True)] * len(column_data)
+    names = [kind.field(k).name for k in range(kind.num_fields)]
+    out: list[tuple[str | None, bool]] = []
+    for chunk in column_data.chunks:
+        # Child arrays of a struct are views; only validity flags and paths are copied.
+        paths = chunk.field("path").to_pylist() if "path" in names else [None] * len(chunk)
+        stored = [chunk.field(n).is_valid().to_pylist() for n in ("bytes", "array") if n in names]
+        out.extend((paths[i], any(s[i] for s in stored)) for i in range(len(chunk)))
+    return out
+
+
+def _batches(ds, size: int = 1000) -> Iterator[tuple[int, dict]]:
+    for start in range(0, len(ds), size):
+        yield start, ds[start : start + size]
+
+
+def _dataset_row(ds, folder, i, audio_col, audio_ref, text, language, row_id) -> Row:
+    path, stored = audio_ref
+    audio: Path | InMemoryAudio | None = None
+    if stored:
+        name = f"{folder.name}[{i}]" + (f" ({path})" if path else "")
+        audio = InMemoryAudio(name, dataset=ds, index=i, column=audio_col)
+    elif path:
+        audio = _resolve(str(path), folder)
+    problem = detail = None
+    if audio is None:
+        problem, detail = MISSING_FIELD, f"no audio in column '{audio_col}'"
+    text, problem, detail = _text(text, problem, detail)
+    rid = str(row_id) if row_id is not None else (path or str(i))
+    return Row(i, i + 1, audio, text, _lang(language), rid, problem, detail)
+
+
+# --- records -> rows ----------------------------------------------------------------------
+
+
+_COLUMN_SAMPLE_ROWS = 100  # readable rows whose keys decide the columns of a JSON manifest
+
+
+def _build(
+    path: Path,
+    fmt: str,
+    records: Iterable[_Record],
+    base: Path,
+    audio_column: str | None,
+    text_column: str | None,
+    language_column: str | None,
+) -> Manifest:
+    # The columns are the keys of the first readable rows (a CSV's header; JSON rows may
+    # leave optional keys out), so a single incomplete row cannot hide a column.
+    records = iter(records)
+    head = list(itertools.islice(records, _COLUMN_SAMPLE_ROWS))
+    columns = list(dict.fromkeys(k for _, obj, _ in head if obj is not None for k in obj))
+    if not head:
+        raise DataError(f"manifest {path} has no rows", hint=_FORMATS_HINT)
+    if not columns:
+        line, _, detail = head[0]
+        raise DataError(
+            f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
+        )
+    audio_col = _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path)
+    text_col = _pick(columns, text_column, TEXT_COLUMNS, "text", path)
+    lang_col = language_column if language_column in columns else None
+    id_col = next((c for c in ID_COLUMNS if c in columns), None)
+    rows: list[Row] = []
+    for line, obj, parse_error in itertools.chain(head, records):
+        index = len(rows)
+        if obj is None:
+            rows.append(Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error))
+        else:
+            rows.append(_row(obj, index, line, base, audio_col, text_col, lang_col, id_col))
+    return Manifest(path, fmt, rows, audio_col, text_col, lang_col, columns)
+
+
+def _pick(
+    columns: list[str], wanted: str | None, aliases: tuple[str, ...], kind: str, where: Path
+) -> str:
+    flag = f"--{kind}_column"
+    if wanted:
+        if wanted in columns:
+            return wanted
+        raise DataError(
+            f"{where} has no column '{wanted}'; its columns are: {', '.join(columns)}",
+            hint=f"name the {kind} column with {flag}",
+        )
+    found = next((c for c in aliases if c in columns), None)
+    if found is None:
+        raise DataError(
+            f"{where} has no {kind} column (looked for {', '.join(aliases)}); "
+            f"its columns are: {', '.join(columns)}",
+            hint=f"name the {kind} column with {flag}",
+        )
+    return found
+
+
+def _row(obj: dict, index, line, base, audio_col, text_col, lang_col, id_col) -> Row:
+    problem = detail = None
+    raw_audio = obj.get(audio_col)
+    audio: Path | InMemoryAudio | None = None
+    if isinstance(raw_audio, dict) and (raw_audio.get("bytes") or raw_audio.get("array")):
+        audio = InMemoryAudio(f"row {line}", value=raw_audio)
+    elif isinstance(raw_audio, dict):
+        raw_audio = raw_audio.get("path")
+    if audio is None and isinstance(raw_audio, str) and raw_audio.strip():
+        if _has_surrogates(raw_audio):
+            problem, detail = BAD_ENCODING, f"audio path {_repair(raw_audio)!r} is not UTF-8"
+        audio = _resolve(_repair(raw_audio.strip()), base)
+    elif audio is None:
+        problem, detail = MISSING_FIELD, f"no audio path in '{audio_col}'"
+    text, problem, detail = _text(obj.get(text_col, _ABSENT), problem, detail, text_col)
+    raw_id = obj.get(id_col) if id_col else None
+    if raw_id is None:
+        raw_id = raw_audio if isinstance(raw_audio, str) else line
+    return Row(index, line, audio, text, _lang(obj.get(lang_col) if lang_col else None),
+               _repair(str(raw_id)), problem, detail)  # fmt: skip
+
+
+_ABSENT = object()
+
+
+def _text(value, problem, detail, column: str = "text"):
+    if value is _ABSENT or value is None:
+        if problem is None:
+            problem, detail = MISSING_FIELD, f"no transcript in '{column}'"
+        return None, problem, detail
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        if problem is None:
+            problem = UNPARSABLE_ROW
+            detail = f"transcript is a {type(value).__name__}, not text"
+        return None, problem, detail
+    text = str(value)
+    if _has_surrogates(text):
+        if problem is None:
+            problem = BAD_ENCODING
+            detail = "transcript is not valid UTF-8 (saved as Big5/GBK/Latin-1? convert with iconv)"
+        text = _repair(text)
+    return text, problem, detail
+
+
+def _lang(value) -> str | None:
+    if value is None or not isinstance(value, str) or not value.strip():
+        return None
+    return _repair(value.strip())
+
+
+def _resolve(value: str, base: Path) -> Path:
+    p = Path(value).expanduser()
+    return Path(os.path.abspath(p if p.is_absolute() else base / p))
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")  # lone surrogates (our undecodable bytes) refuse to encode
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _repair(text: str) -> str:
+    """Undecodable bytes (kept as surrogates) shown as U+FFFD."""
+    if not _has_surrogates(text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
