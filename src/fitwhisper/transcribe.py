@@ -27,9 +27,7 @@ def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: s
     from fitwhisper.models.resolve import resolve_model
 
     resolved = resolve_model(str(model_spec))
-    asr = pipeline(
-        "automatic-speech-recognition", model=str(resolved.path_or_id), device=device
-    )
+    asr = pipeline("automatic-speech-recognition", model=str(resolved.path_or_id), device=device)
     audio = load_audio(audio_path)
     out = asr({"raw": audio, "sampling_rate": SAMPLE_RATE_HZ})
     return out["text"].strip()

