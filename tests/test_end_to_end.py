@@ -42,7 +42,9 @@ def test_check_data_passes_real_8khz_digits(
         shared_data / "fsdd-train", tmp_path / "digits.jsonl", lambda r: "george" in r["audio"]
     )
     report = tmp_path / "report.jsonl"
-    code = main(["check-data", str(manifest), "--model", "offline/tiny.en", "--report", str(report)])
+    code = main(
+        ["check-data", str(manifest), "--model", "offline/tiny.en", "--report", str(report)]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     rows = [json.loads(line) for line in report.read_text().splitlines()]

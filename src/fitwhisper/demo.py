@@ -3,7 +3,9 @@
 1. make a small speech dataset offline (fitwhisper.demo_data): invented words in
    sentences, spoken by an offline voice; held-out sentences never appear in training
 2. score the zero-shot model (offline/tiny.en) on the held-out clips by generation
-3. fine-tune it with the ordinary training path (`fitwhisper.train.train`)
+3. fine-tune it with the ordinary training path (`fitwhisper.train.train`); the encoder
+   is frozen by default: the words are new, the voice is not, and on 2 CPU cores a
+   decoder-only step costs about 7 s against 18 s for the whole model
 4. score the fine-tuned model on the same held-out clips, the same way
 5. transcribe one held-out file with the result
 """
@@ -41,8 +43,9 @@ class DemoResult:
 def run_demo(
     out_dir: str | Path,
     *,
-    num_train_epochs: float = 4.0,
+    num_train_epochs: float = 2.0,
     learning_rate: float = 1e-4,
+    freeze_encoder: bool = True,
     batch_size: int = 16,
     n_train: int | None = None,
     n_eval: int | None = None,
@@ -72,7 +75,7 @@ def run_demo(
     # 3. fine-tune
     log.info("[3/5] fine-tuning %s on the training clips", DEMO_MODEL)
     result = train(
-        ModelConfig(model=DEMO_MODEL),
+        ModelConfig(model=DEMO_MODEL, freeze_encoder=freeze_encoder),
         DataConfig(),
         TrainConfig(
             output_dir=str(out / "run"),
@@ -81,7 +84,7 @@ def run_demo(
             per_device_train_batch_size=batch_size,
             per_device_eval_batch_size=batch_size,
             learning_rate=learning_rate,
-            warmup_steps=5,
+            warmup_steps=3,
             num_train_epochs=num_train_epochs,
             logging_steps=5,
             seed=seed,

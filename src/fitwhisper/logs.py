@@ -23,7 +23,25 @@ def setup_logging(verbosity: int = 0) -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
     logger.propagate = False
+    generation_log = logging.getLogger("transformers.generation.utils")
+    if not any(isinstance(f, _HarmlessGenerationWarnings) for f in generation_log.filters):
+        generation_log.addFilter(_HarmlessGenerationWarnings())
     os.environ["FITWHISPER_QUIET"] = "1" if verbosity < 0 else ""
+
+
+class _HarmlessGenerationWarnings(logging.Filter):
+    """Drops two warnings transformers 5 prints on every Whisper generate call, which would
+    make users doubt correct results: Whisper's own generate passes its suppress-token lists
+    next to generation_config, and its decoder prompts are never padded (every row of a batch
+    starts with a prompt of the same length), so the missing attention mask changes nothing."""
+
+    _PREFIXES = (
+        "Passing `generation_config` together with generation-related",
+        "The attention mask is not set with a batched input",
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self._PREFIXES)
 
 
 class _StderrHandler(logging.StreamHandler):
