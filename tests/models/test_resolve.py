@@ -110,6 +110,8 @@ def test_hub_id_when_the_hub_cannot_be_reached(monkeypatch: pytest.MonkeyPatch) 
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    # The quick probe said yes, then the download itself failed.
+    monkeypatch.setattr("fitwhisper.models.resolve._hub_reachable", lambda hub_id: True)
     monkeypatch.setattr(WhisperProcessor, "from_pretrained", unreachable)
     assert resolve_model("openai/whisper-tiny").kind == "hub"
     with pytest.raises(ModelLoadError) as e:
@@ -117,6 +119,23 @@ def test_hub_id_when_the_hub_cannot_be_reached(monkeypatch: pytest.MonkeyPatch) 
     assert e.value.message == (
         "cannot load 'openai/whisper-tiny': the Hugging Face Hub could not be reached"
     )
+    assert ALTERNATIVES in e.value.hint
+
+
+def test_unreachable_hub_is_reported_at_once_without_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transformers import WhisperForConditionalGeneration
+
+    def must_not_be_called(*args, **kwargs):
+        raise AssertionError("from_pretrained would retry a dead connection for minutes")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused at once
+    monkeypatch.setattr(WhisperForConditionalGeneration, "from_pretrained", must_not_be_called)
+    with pytest.raises(ModelLoadError) as e:
+        load_model("openai/whisper-probe-test")
+    assert "the Hugging Face Hub could not be reached" in e.value.message
     assert ALTERNATIVES in e.value.hint
 
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -201,6 +202,13 @@ def _from_pretrained(cls, resolved: ResolvedModel, **kwargs):
         return cls.from_pretrained(resolved.path_or_id, **kwargs)
     if _hub_offline():
         kwargs.setdefault("local_files_only", True)
+    elif not _hub_reachable(resolved.path_or_id):
+        # huggingface_hub retries a dead connection for about two minutes before it gives
+        # up; one quick probe lets us use the cache at once, or say at once what to do.
+        if not _in_hub_cache(resolved.path_or_id):
+            raise _hub_error(resolved.spec, "the Hugging Face Hub could not be reached")
+        log.info("the Hugging Face Hub cannot be reached; using the cached %s", resolved.spec)
+        kwargs.setdefault("local_files_only", True)
     try:
         return cls.from_pretrained(resolved.path_or_id, **kwargs)
     except OSError as e:
@@ -225,6 +233,24 @@ def _hub_error(hub_id: str, why: str) -> ModelLoadError:
 
 def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+@cache
+def _hub_reachable(hub_id: str, timeout_s: float = 5.0) -> bool:
+    """True when the Hub answers at all (any HTTP status); False on DNS, connection or
+    timeout failure. Honours HF_ENDPOINT and the usual proxy variables."""
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/api/models/{hub_id}", method="HEAD")
+    try:
+        urllib.request.urlopen(request, timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return True  # it answered: 401/404 are the Hub's to explain
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _in_hub_cache(hub_id: str) -> bool:
