@@ -131,8 +131,15 @@ class TrainConfig:
         default=2, metadata={"help": "Keep at most this many checkpoints."}
     )
     seed: int = field(default=42, metadata={"help": "Random seed for model, data order, dropout."})
-    fp16: bool = field(default=False, metadata={"help": "fp16 mixed precision (CUDA only)."})
-    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (CUDA Ampere+)."})
+    fp16: bool | None = field(
+        default=None,
+        metadata={"help": "fp16 mixed precision (CUDA only). Unset (auto): bf16 where the GPU "
+                  "supports it, else fp16 on CUDA, fp32 on CPU."},
+    )  # fmt: skip
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision (CUDA, Ampere or newer). Unset: auto, as fp16."},
+    )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "Recompute activations in backward to save memory."}
     )

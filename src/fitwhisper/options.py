@@ -33,10 +33,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str)
         # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten.
         common = {"dest": f.name, "default": argparse.SUPPRESS}
         if kind is bool:
+            shown = "auto" if default is None else "on" if default else "off"
             group.add_argument(
                 flag,
                 action=argparse.BooleanOptionalAction,
-                help=f"{help_text} (default: {'on' if default else 'off'})",
+                help=f"{help_text} (default: {shown})",
                 **common,
             )
             continue

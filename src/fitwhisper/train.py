@@ -24,6 +24,7 @@ import yaml
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError, DataError
+from fitwhisper.precision import choose_precision, hardware, precision_problems
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +157,7 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     problems: list[str] = []
     if not train_cfg.train_manifest:
         problems.append("--train_manifest is required")
-    if train_cfg.fp16 and train_cfg.bf16:
-        problems.append("--fp16 and --bf16 are both set; pick one")
-    if (train_cfg.fp16 or train_cfg.bf16) and not _cuda_available():
-        problems.append("--fp16/--bf16 need a CUDA GPU and none is visible; train in fp32 on CPU")
+    problems += precision_problems(train_cfg.fp16, train_cfg.bf16, **hardware())
     if train_cfg.eval_strategy != "no" and not train_cfg.eval_manifest:
         problems.append(f"--eval_strategy {train_cfg.eval_strategy} needs --eval_manifest")
     if train_cfg.eval_strategy == "steps" and not train_cfg.eval_steps:
@@ -235,6 +233,7 @@ def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: 
 def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
     from transformers import Seq2SeqTrainingArguments
 
+    precision = choose_precision(cfg.fp16, cfg.bf16, **hardware())
     return Seq2SeqTrainingArguments(
         output_dir=cfg.output_dir,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
@@ -253,8 +252,8 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
         seed=cfg.seed,
-        fp16=cfg.fp16,
-        bf16=cfg.bf16,
+        fp16=precision == "fp16",
+        bf16=precision == "bf16",
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         activation_checkpointing=cfg.gradient_checkpointing,
         dataloader_num_workers=cfg.dataloader_num_workers,
@@ -290,7 +289,7 @@ def _log_plan(cfg: TrainConfig, n_rows: int, args) -> None:
         steps, epochs = int(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
     log.info(
         "effective batch = %d x %d x %d process(es) = %d; %d training clips; "
-        "%d optimizer steps (%.1f epochs)",
+        "%d optimizer steps (%.1f epochs); precision %s",
         cfg.per_device_train_batch_size,
         cfg.gradient_accumulation_steps,
         processes,
@@ -298,6 +297,7 @@ def _log_plan(cfg: TrainConfig, n_rows: int, args) -> None:
         n_rows,
         steps,
         epochs,
+        "bf16 mixed" if args.bf16 else "fp16 mixed" if args.fp16 else "fp32",
     )
 
 
@@ -313,7 +313,10 @@ def _write_run_record(
         "model": dataclasses.asdict(model_cfg),
         "data": dataclasses.asdict(data_cfg),
         "train": dataclasses.asdict(train_cfg),
-        "resolved": {"language": language},
+        "resolved": {
+            "language": language,
+            "precision": choose_precision(train_cfg.fp16, train_cfg.bf16, **hardware()),
+        },
         "versions": {
             "fitwhisper": fitwhisper.__version__,
             "torch": str(torch.__version__),

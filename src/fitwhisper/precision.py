@@ -1,0 +1,59 @@
+"""Which arithmetic precision a run trains in: chosen from the GPU unless the user says.
+
+Mixed precision keeps fp32 master weights and runs matmuls in half precision (Trainer's
+autocast). bf16 has fp32's range, so it needs no loss scaling and does not overflow the way
+fp16 can on Whisper's large activations; it is preferred wherever the GPU has it (Ampere+).
+CPUs train in fp32: CPU autocast gains little for these models and changes the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Precision = Literal["fp32", "fp16", "bf16"]
+
+
+def choose_precision(
+    fp16: bool | None, bf16: bool | None, *, cuda: bool, bf16_supported: bool
+) -> Precision:
+    """Resolve the --fp16/--bf16 flags (None: not given) against the hardware.
+
+    Explicit choices win (conflicts are reported by `precision_problems`); with neither
+    given: bf16 on a GPU that supports it, fp16 on other CUDA GPUs, fp32 without CUDA.
+    """
+    if bf16:
+        return "bf16"
+    if fp16:
+        return "fp16"
+    if fp16 is False and bf16 is False:
+        return "fp32"
+    if not cuda:
+        return "fp32"
+    if bf16_supported and bf16 is not False:
+        return "bf16"
+    return "fp16" if fp16 is not False else "fp32"
+
+
+def precision_problems(
+    fp16: bool | None, bf16: bool | None, *, cuda: bool, bf16_supported: bool
+) -> list[str]:
+    """What is wrong with explicit precision flags on this machine, one line each."""
+    problems = []
+    if fp16 and bf16:
+        problems.append("--fp16 and --bf16 are both set; pick one")
+    if (fp16 or bf16) and not cuda:
+        problems.append(
+            "--fp16/--bf16 need a CUDA GPU and none is visible; leave both unset to train "
+            "in fp32 on CPU"
+        )
+    elif bf16 and not bf16_supported:
+        problems.append("--bf16 needs a GPU with bf16 support (Ampere or newer); use --fp16")
+    return problems
+
+
+def hardware() -> dict[str, bool]:
+    """The facts `choose_precision` needs about this machine."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"cuda": cuda, "bf16_supported": bool(cuda and torch.cuda.is_bf16_supported())}
