@@ -81,6 +81,7 @@ def test_evaluate_manifest_writes_per_utterance_errors_and_skips_bad_rows(
     assert metrics["skipped_rows"] == 1 and metrics["normalizer"].startswith("whisper_english")
 
 
+@pytest.mark.slow  # end to end: trains, evaluates three times (about 30 s on 2 idle cores)
 def test_checkpoint_wer_at_training_time_equals_evaluate(
     tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
 ) -> None:
@@ -88,13 +89,14 @@ def test_checkpoint_wer_at_training_time_equals_evaluate(
     `fitwhisper evaluate checkpoint-N MANIFEST` reports, with the same settings."""
     run = tmp_path / "run"
     settings = ["--generation_max_length", "12"]
+    # 4 of the 6 clips in batches of 2: predictions of several batches are joined.
     code = main(
         ["train", "--model", str(tiny_whisper_dir), "--train_manifest", str(tone_manifest),
          "--eval_manifest", str(tone_manifest), "--output_dir", str(run), "--max_steps", "2",
          "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "steps",
          "--save_steps", "2", "--per_device_train_batch_size", "6",
-         "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3", "--report_to", "none",
-         "--seed", "0", *settings]
+         "--per_device_eval_batch_size", "2", "--max_eval_samples", "4",
+         "--learning_rate", "3e-3", "--report_to", "none", "--seed", "0", *settings]
     )  # fmt: skip
     assert code == 0
     checkpoint = run / "checkpoint-2"
@@ -107,11 +109,12 @@ def test_checkpoint_wer_at_training_time_equals_evaluate(
 
     out = tmp_path / "eval"
     code = main(
-        ["evaluate", str(checkpoint), str(tone_manifest), "--batch_size", "4",
-         "--output_dir", str(out), *settings]
+        ["evaluate", str(checkpoint), str(tone_manifest), "--batch_size", "2",
+         "--max_samples", "4", "--output_dir", str(out), *settings]
     )  # fmt: skip
     assert code == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["n_utterances"] == 4
     assert metrics["wer"] == at_training["eval_wer"]
     assert metrics["wer_raw"] == at_training["eval_wer_raw"]
 
