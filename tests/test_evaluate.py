@@ -143,6 +143,9 @@ def test_comparison_reports_both_models_and_the_difference(tmp_path: Path) -> No
     assert d["difference"]["wer_raw"] == pytest.approx(-2 / 7)
     assert d["difference"]["wer"] == 0
     assert d["clips"] == {"better": 1, "worse": 1, "same": 1}
+    summary = zero.format_summary()
+    assert "WER raw          42.86%  (texts as written)" in summary
+    assert "WER normalised   14.29%  (1 errors in 7 reference words)" in summary
     table = cmp.format_table()
     assert "WER over words on 3 clips" in table
     assert "normaliser: whisper_english (applied to reference and hypothesis alike)" in table

@@ -3,6 +3,10 @@
 Training-time evaluation and `fitwhisper evaluate` both go through `Seq2SeqTrainer` with
 `predict_with_generate` and the `metrics_fn` built here, so a checkpoint's WER is the same
 number wherever it is computed. Never teacher-forced.
+
+`fitwhisper evaluate MODEL MANIFEST [--compare OTHER]` runs `evaluate_manifest` or
+`compare_manifest`; their results write per-clip and summary files (`EvalResult.write`,
+`Comparison.write`).
 """
 
 from __future__ import annotations
@@ -106,12 +110,12 @@ class EvalResult:
         s = self.score
         name = s.metric.upper()
         lines = [
-            f"model       {self.model}",
-            f"clips       {s.n_utterances}" + _skipped_note(self.skipped),
-            f"metric      {name} over {UNITS[s.metric]}",
-            f"normaliser  {s.normalizer}",
-            f"{name} raw     {100 * s.raw:6.2f}%  (texts as written)",
-            f"{name} normalised {100 * s.normalized:6.2f}%  "
+            f"model           {self.model}",
+            f"clips           {s.n_utterances}" + _skipped_note(self.skipped),
+            f"metric          {name} over {UNITS[s.metric]}",
+            f"normaliser      {s.normalizer}",
+            f"{name + ' raw':<15} {100 * s.raw:6.2f}%  (texts as written)",
+            f"{name + ' normalised':<15} {100 * s.normalized:6.2f}%  "
             f"({s.errors} errors in {s.ref_units} reference {UNITS[s.metric]})",
         ]
         return "\n".join(lines)
