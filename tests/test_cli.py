@@ -75,3 +75,20 @@ def test_cuda_out_of_memory_becomes_an_error_with_the_fix(
     err = capsys.readouterr().err
     assert "ran out of memory" in err and "--gradient_accumulation_steps" in err
     assert "Traceback" not in err
+
+
+def test_evaluate_takes_the_model_then_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(
+        ["evaluate", "runs/x/final", "test.jsonl", "--compare", "offline/tiny.en"]
+    )
+    assert (args.model, args.manifest, args.compare) == (
+        "runs/x/final",
+        "test.jsonl",
+        "offline/tiny.en",
+    )
+    assert (args.normalizer, args.opencc, args.bad_rows) == ("auto", "none", "error")
+    # The old form `evaluate MANIFEST --model M` is gone: a usage error, not a wrong run.
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", "test.jsonl", "--model", "runs/x/final"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --model" in capsys.readouterr().err

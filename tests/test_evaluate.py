@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from fitwhisper.evaluate import decode, evaluate_manifest, make_scorer, metrics_fn
+from fitwhisper.cli import main
+from fitwhisper.evaluate import (
+    Comparison,
+    EvalResult,
+    _language_groups,
+    decode,
+    evaluate_manifest,
+    make_scorer,
+    metrics_fn,
+    model_slug,
+    scoring_language,
+)
+from fitwhisper.scoring import score
 
 
 def test_decode_treats_trainer_padding_as_pad(tiny_en_processor) -> None:
@@ -21,8 +34,6 @@ def test_decode_treats_trainer_padding_as_pad(tiny_en_processor) -> None:
 
 
 def test_metrics_fn_scores_generated_ids_against_manifest_texts(tiny_en_processor) -> None:
-    from types import SimpleNamespace
-
     tok = tiny_en_processor.tokenizer
     refs = ["the cat sat", "on the mat"]
     hyps = [" the cat sat", " on a mat"]  # one substitution in six words
@@ -36,19 +47,159 @@ def test_metrics_fn_scores_generated_ids_against_manifest_texts(tiny_en_processo
     assert out["wer"] == pytest.approx(1 / 6)
 
 
-def test_evaluate_manifest_writes_per_utterance_predictions(
+def test_evaluate_manifest_writes_per_utterance_errors_and_skips_bad_rows(
     tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
 ) -> None:
+    with tone_manifest.open("a") as f:  # line 7: a row whose audio does not exist
+        f.write(json.dumps({"audio_path": "clips/gone.wav", "text": "lost"}) + "\n")
     res = evaluate_manifest(
-        str(tiny_whisper_dir), tone_manifest, batch_size=4, generation_max_length=8
+        str(tiny_whisper_dir),
+        tone_manifest,
+        batch_size=4,
+        generation_max_length=8,
+        bad_rows="skip",
     )
     assert res.score.metric == "wer"
     assert res.score.n_utterances == 6
-    assert len(res.hypotheses) == 6
+    assert len(res.skipped) == 1 and res.skipped[0].startswith(
+        f"{tone_manifest.name}:7 missing_file"
+    )
     # An untrained model cannot transcribe: errors must show up, not a perfect score.
     assert res.score.normalized > 0.5
     out = res.write(tmp_path / "eval")
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["reference"] for r in rows] == [f"tone number {i} is playing" for i in range(6)]
+    for r in rows:
+        assert r["reference_normalized"] == res.normalizer(r["reference"])
+        assert r["hypothesis_normalized"] == res.normalizer(r["hypothesis"])
+        assert r["errors"] == r["substitutions"] + r["deletions"] + r["insertions"]
+        assert (r["ref_units"], r["units"]) == (5, "words")
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["metric"] == "wer" and metrics["n_utterances"] == 6
+    assert metrics["wer"] == res.score.normalized and metrics["wer_raw"] == res.score.raw
+    assert metrics["errors"] == sum(r["errors"] for r in rows)
+    assert metrics["skipped_rows"] == 1 and metrics["normalizer"].startswith("whisper_english")
+
+
+@pytest.mark.slow  # end to end: trains, evaluates three times (about 30 s on 2 idle cores)
+def test_checkpoint_wer_at_training_time_equals_evaluate(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+) -> None:
+    """Acceptance: the WER logged for checkpoint-N during training is the number
+    `fitwhisper evaluate checkpoint-N MANIFEST` reports, with the same settings."""
+    run = tmp_path / "run"
+    settings = ["--generation_max_length", "12"]
+    # 4 of the 6 clips in batches of 2: predictions of several batches are joined.
+    code = main(
+        ["train", "--model", str(tiny_whisper_dir), "--train_manifest", str(tone_manifest),
+         "--eval_manifest", str(tone_manifest), "--output_dir", str(run), "--max_steps", "2",
+         "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "steps",
+         "--save_steps", "2", "--per_device_train_batch_size", "6",
+         "--per_device_eval_batch_size", "2", "--max_eval_samples", "4",
+         "--learning_rate", "3e-3", "--report_to", "none", "--seed", "0", *settings]
+    )  # fmt: skip
+    assert code == 0
+    checkpoint = run / "checkpoint-2"
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    logged = [h for h in state["log_history"] if h.get("step") == 2 and "eval_wer" in h]
+    assert len(logged) == 1
+    at_training = logged[0]
+    # Random weights write garbage, but not nothing: a number that can disagree.
+    assert at_training["eval_wer"] > 0.2
+
+    out = tmp_path / "eval"
+    code = main(
+        ["evaluate", str(checkpoint), str(tone_manifest), "--batch_size", "2",
+         "--max_samples", "4", "--output_dir", str(out), *settings]
+    )  # fmt: skip
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["n_utterances"] == 4
+    assert metrics["wer"] == at_training["eval_wer"]
+    assert metrics["wer_raw"] == at_training["eval_wer_raw"]
+
+
+def test_comparison_reports_both_models_and_the_difference(tmp_path: Path) -> None:
+    metric, norm = make_scorer("en")
+    refs = ("the cat sat", "on a mat", "today")
+
+    def result(name: str, hyps: tuple[str, ...]) -> EvalResult:
+        return EvalResult(
+            score=score(list(refs), list(hyps), metric, norm),
+            references=refs,
+            hypotheses=hyps,
+            ids=("a", "b", "c"),
+            normalizer=norm,
+            model=name,
+        )
+
+    tuned = result("runs/x/final", ("the cat sat", "on a mat", "monday"))
+    zero = result("offline/tiny.en", ("The cat.", "on a mat", "today"))
+    cmp = Comparison(model=tuned, baseline=zero)
+    d = cmp.as_dict()
+    assert d["model"]["wer"] == pytest.approx(1 / 7)
+    assert d["baseline"]["wer"] == pytest.approx(1 / 7)  # "sat" deleted
+    assert d["baseline"]["wer_raw"] == pytest.approx(3 / 7)  # and "The", "cat." as written
+    assert d["difference"]["wer_raw"] == pytest.approx(-2 / 7)
+    assert d["difference"]["wer"] == 0
+    assert d["clips"] == {"better": 1, "worse": 1, "same": 1}
+    summary = zero.format_summary()
+    assert "WER raw          42.86%  (texts as written)" in summary
+    assert "WER normalised   14.29%  (1 errors in 7 reference words)" in summary
+    table = cmp.format_table()
+    assert "WER over words on 3 clips" in table
+    assert "normaliser: whisper_english (applied to reference and hypothesis alike)" in table
+    assert "offline/tiny.en (--compare)" in table and "-28.57pt" in table
+    written = cmp.write(tmp_path)
+    assert written["model"] == tmp_path / "runs-x-final"
+    assert written["baseline"] == tmp_path / "offline-tiny.en"
+    for folder in (written["model"], written["baseline"]):
+        assert (folder / "predictions.jsonl").is_file() and (folder / "metrics.json").is_file()
+    assert json.loads((tmp_path / "comparison.json").read_text()) == json.loads(json.dumps(d))
+    per_clip = [json.loads(x) for x in (tmp_path / "comparison.jsonl").read_text().splitlines()]
+    assert [c["change"] for c in per_clip] == ["better", "same", "worse"]
+
+
+def test_unknown_opencc_config_fails_before_loading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["evaluate", "no/such-model", str(tmp_path / "none.jsonl"), "--opencc", "s2xx"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "error: unknown OpenCC conversion 's2xx'" in err and "s2twp" in err
+
+
+def test_bad_rows_are_an_error_by_default_naming_the_row(
+    tiny_whisper_dir: Path, tone_manifest: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with tone_manifest.open("a") as f:
+        f.write(json.dumps({"audio_path": "clips/gone.wav", "text": "lost"}) + "\n")
+    assert main(["evaluate", str(tiny_whisper_dir), str(tone_manifest)]) == 1
+    err = capsys.readouterr().err
+    assert f"{tone_manifest.name}:7: missing_file" in err and "--bad_rows skip" in err
+
+
+def test_clips_group_by_generation_language_and_metric_follows_the_clips() -> None:
+    assert _language_groups(None, 3) == [(None, [0, 1, 2])]
+    assert _language_groups(["zh", "zh"], 2) == [(None, [0, 1])]
+    assert _language_groups(["zh", "en", "zh"], 3) == [("zh", [0, 2]), ("en", [1])]
+    rows = [SimpleNamespace(language="zh"), SimpleNamespace(language=None)]
+    assert scoring_language(rows, "zh") == "zh"  # the rows without one take --language
+    assert scoring_language(rows, None) is None  # mixed: --language decides
+    assert make_scorer(scoring_language(rows[:1], None))[0] == "cer"
+
+
+@pytest.mark.parametrize(
+    ("spec", "slug"),
+    [("offline/tiny.en", "offline-tiny.en"), ("openai/whisper-small", "openai-whisper-small")],
+)
+def test_model_slug_of_names(spec: str, slug: str) -> None:
+    assert model_slug(spec) == slug
+
+
+def test_model_slug_of_run_folders(tmp_path: Path) -> None:
+    (tmp_path / "exp1" / "checkpoint-500").mkdir(parents=True)
+    (tmp_path / "exp1" / "final").mkdir()
+    assert model_slug(str(tmp_path / "exp1" / "checkpoint-500")) == "exp1-checkpoint-500"
+    assert model_slug(str(tmp_path / "exp1" / "final") + "/") == "exp1-final"
+    assert model_slug(str(tmp_path / "exp1")) == "exp1"

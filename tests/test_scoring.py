@@ -2,6 +2,7 @@
 
 import pytest
 
+from fitwhisper.errors import ConfigError
 from fitwhisper.scoring import (
     TextNormalizer,
     metric_for_language,
@@ -54,8 +55,26 @@ def test_empty_reference_counts_hypothesis_words_as_insertions():
     assert (s.errors, s.ref_units) == (2, 2)
 
 
-def test_utterance_errors():
-    assert utterance_errors("a b c", "a c", "wer") == (1, 3)
+def test_utterance_errors_split_into_substitutions_deletions_insertions():
+    e = utterance_errors("a b c d", "a x c d e", "wer")
+    assert (e.substitutions, e.deletions, e.insertions, e.ref_units) == (1, 0, 1, 4)
+    assert e.errors == 2
+    e = utterance_errors("我們去北京", "我去 北京了", "cer")  # 們 deleted, 了 inserted
+    assert (e.substitutions, e.deletions, e.insertions, e.ref_units) == (0, 1, 1, 5)
+    assert utterance_errors("", "x y", "wer").insertions == 2
+
+
+def test_unknown_opencc_config_is_a_config_error_listing_the_valid_ones():
+    with pytest.raises(ConfigError) as e:
+        TextNormalizer("chinese", opencc_config="s2xx")
+    assert e.value.message == "unknown OpenCC conversion 's2xx'"
+    assert "s2tw" in e.value.hint and "t2s" in e.value.hint
+
+
+def test_opencc_config_accepts_stem_json_and_none():
+    assert TextNormalizer("chinese", opencc_config="s2tw.json").opencc_config == "s2tw"
+    assert TextNormalizer("chinese", opencc_config="none").opencc_config is None
+    assert TextNormalizer("chinese", opencc_config="t2s")("我們") == "我们"
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,17 @@ from typing import Literal
 
 import jiwer
 
+from fitwhisper.errors import ConfigError
+
 Metric = Literal["wer", "cer"]
 NormalizerName = Literal["auto", "whisper_english", "whisper_basic", "chinese", "none"]
+NORMALIZERS: tuple[str, ...] = ("auto", "whisper_english", "whisper_basic", "chinese", "none")
+# OpenCC's conversion tables (the .json configs its package ships), e.g. s2tw: Simplified
+# to Taiwan Traditional characters; s2twp adds Taiwanese phrasing.
+OPENCC_CONFIGS: tuple[str, ...] = (
+    "s2t", "t2s", "s2tw", "tw2s", "s2twp", "tw2sp", "s2hk", "hk2s", "s2hkp", "hk2sp",
+    "t2tw", "tw2t", "t2hk", "hk2t", "t2jp", "jp2t",
+)  # fmt: skip
 
 # Languages written without spaces between words: word error rate is meaningless there.
 CER_LANGUAGES = frozenset(
@@ -54,10 +63,15 @@ class TextNormalizer:
     def __init__(self, name: NormalizerName, opencc_config: str | None = None) -> None:
         if name == "auto":
             raise ValueError("resolve 'auto' with normalizer_for_language() first")
+        if name not in NORMALIZERS:
+            raise ConfigError(
+                f"unknown normalizer {name!r}",
+                hint="use one of: " + ", ".join(NORMALIZERS),
+            )
         self.name = name
-        self.opencc_config = opencc_config
+        self.opencc_config = check_opencc_config(opencc_config)
         self._fn = _build(name)
-        self._opencc = _opencc(opencc_config) if opencc_config else None
+        self._opencc = _opencc(self.opencc_config) if self.opencc_config else None
 
     def __call__(self, text: str) -> str:
         if self._opencc is not None:
@@ -120,9 +134,49 @@ def score(
     )
 
 
-def utterance_errors(reference: str, hypothesis: str, metric: Metric) -> tuple[int, int]:
-    """(edit errors, reference length) for one utterance, in words or characters."""
-    return _errors([reference], [hypothesis], metric)
+def check_opencc_config(config: str | None) -> str | None:
+    """An OpenCC table name (``s2tw`` or ``s2tw.json``) as its stem; None for none.
+
+    Raises:
+        ConfigError: a table OpenCC does not ship.
+    """
+    if config is None or config.lower() == "none":
+        return None
+    stem = config.removesuffix(".json")
+    if stem not in OPENCC_CONFIGS:
+        raise ConfigError(
+            f"unknown OpenCC conversion {config!r}",
+            hint="use none or one of: "
+            + ", ".join(OPENCC_CONFIGS)
+            + " (s2tw: Simplified to Taiwan Traditional; t2s: Traditional to Simplified)",
+        )
+    return stem
+
+
+@dataclass(frozen=True)
+class UtteranceErrors:
+    """One utterance's alignment against its reference, in words (WER) or characters (CER)."""
+
+    substitutions: int
+    deletions: int
+    insertions: int
+    ref_units: int
+
+    @property
+    def errors(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+
+def utterance_errors(reference: str, hypothesis: str, metric: Metric) -> UtteranceErrors:
+    """Substitutions, deletions and insertions of one utterance, and its reference length.
+
+    An empty reference makes every hypothesis unit an insertion (jiwer rejects it).
+    """
+    r_units, h_units = _units(reference, metric), _units(hypothesis, metric)
+    if not r_units:
+        return UtteranceErrors(0, 0, len(h_units), 0)
+    out = jiwer.process_words(" ".join(r_units), " ".join(h_units))
+    return UtteranceErrors(out.substitutions, out.deletions, out.insertions, len(r_units))
 
 
 def _errors(refs: list[str], hyps: list[str], metric: Metric) -> tuple[int, int]:
@@ -191,4 +245,4 @@ def _english_spelling() -> dict[str, str]:
 def _opencc(config: str):
     import opencc
 
-    return opencc.OpenCC(config)
+    return opencc.OpenCC(f"{config}.json")

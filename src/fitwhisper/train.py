@@ -60,7 +60,7 @@ def train(
     from transformers import Seq2SeqTrainer
 
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
-    from fitwhisper.evaluate import make_scorer, metrics_fn
+    from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model, load_processor
 
@@ -92,7 +92,8 @@ def train(
     args = _training_arguments(train_cfg, has_eval=eval_ds is not None)
     compute_metrics = None
     if eval_ds is not None:
-        metric, normalizer = make_scorer(language)
+        # The clips' own language column counts, as in `fitwhisper evaluate`.
+        metric, normalizer = make_scorer(scoring_language(eval_rows, language))
         compute_metrics = metrics_fn(
             processor.tokenizer, [r.text for r in eval_rows], metric, normalizer
         )
@@ -104,7 +105,7 @@ def train(
         data_collator=collator,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
-        processing_class=processor.feature_extractor,
+        processing_class=processor,
         compute_metrics=compute_metrics,
         callbacks=[*_logging_callbacks(train_cfg, out), *callbacks],
     )
@@ -126,7 +127,7 @@ def train(
             eval_ds,
             [r.text for r in eval_rows],
             [r.id for r in eval_rows],
-            language=language,
+            language=scoring_language(eval_rows, language),
             batch_size=train_cfg.per_device_eval_batch_size,
             generation_max_length=train_cfg.generation_max_length,
             collator=collator,
