@@ -413,6 +413,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
             else ""
         )  # fmt: skip
     )
+    if r.resumed_from:
+        print(f"resumed from {r.resumed_from}")
+    if r.best_checkpoint:
+        print(f"best checkpoint: {r.best_checkpoint} (saved as the model)")
     if scores:
         print(f"held-out {r.eval_rows} clips: {scores}  (per clip: {r.output_dir / 'eval'})")
     print(f"model: {r.final_dir}")

@@ -68,7 +68,8 @@ class ModelConfig:
         default="openai/whisper-small",
         metadata={
             "help": "Hub id (openai/whisper-small, MediaTek-Research/Breeze-ASR-25), a local "
-            "transformers or CTranslate2 folder, or offline/tiny.en, offline/base."
+            "transformers or CTranslate2 folder, or offline/tiny.en, offline/base.",
+            "aliases": ["--model_name_or_path", "--base_model"],  # the user's scripts' names
         },
     )
     language: str | None = field(
@@ -84,6 +85,10 @@ class ModelConfig:
     freeze_encoder: bool = field(
         default=False, metadata={"help": "Train the decoder only; the encoder stays as loaded."}
     )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where Hub downloads go (default: the Hugging Face cache)."},
+    )
 
 
 @dataclass
@@ -92,10 +97,18 @@ class TrainConfig:
 
     output_dir: str = field(default="runs/fitwhisper", metadata={"help": "The run folder."})
     train_manifest: str | None = field(
-        default=None, metadata={"help": "Training manifest (JSON, JSONL, CSV/TSV, audiofolder)."}
+        default=None,
+        metadata={
+            "help": "Training manifest (JSON, JSONL, CSV/TSV, audiofolder).",
+            "aliases": ["--train_file"],
+        },
     )
     eval_manifest: str | None = field(
-        default=None, metadata={"help": "Held-out manifest scored by generation (WER/CER)."}
+        default=None,
+        metadata={
+            "help": "Held-out manifest scored by generation (WER/CER).",
+            "aliases": ["--validation_file"],
+        },
     )
     per_device_train_batch_size: int = field(
         default=8, metadata={"help": "Clips per device per forward pass when training."}
@@ -111,6 +124,12 @@ class TrainConfig:
     learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    warmup_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "Warm-up as a fraction of all steps (0.1: a tenth); instead of warmup_steps."
+        },
+    )
     lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = field(
         default="linear", metadata={"help": "Learning-rate schedule after warm-up."}
     )
@@ -151,4 +170,62 @@ class TrainConfig:
     )
     generation_max_length: int = field(
         default=225, metadata={"help": "Longest transcript generated when scoring, in tokens."}
+    )
+    logging_dir: str | None = field(
+        default=None,
+        metadata={"help": "TensorBoard folder; none means RUN/logs.", "aliases": ["--logdir"]},
+    )
+    use_wandb: bool = field(
+        default=False, metadata={"help": "Same as --report_to wandb (the user's scripts' name)."}
+    )
+    wandb_project: str | None = field(
+        default=None, metadata={"help": "W&B project the run goes to; none means W&B's default."}
+    )
+    load_best_model_at_end: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the checkpoint with the best metric_for_best_model as final/; needs "
+            "matching eval_strategy and save_strategy (and save_steps a multiple of eval_steps)."
+        },
+    )
+    metric_for_best_model: Literal["wer", "cer", "loss"] | None = field(
+        default=None,
+        metadata={
+            "help": "What 'best' means (lower is better): the run's own metric by default, WER "
+            "or CER for Chinese; or loss, the eval loss."
+        },
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop after this many evaluations without improvement of "
+            "metric_for_best_model; needs eval and --load_best_model_at_end."
+        },
+    )
+    early_stopping_threshold: float = field(
+        default=0.0, metadata={"help": "Smallest change of the metric that counts as improvement."}
+    )
+    resume: str | None = field(
+        default=None,
+        metadata={
+            "help": "Continue a stopped run: bare --resume takes the newest complete checkpoint "
+            "in output_dir, --resume PATH a named one. Optimizer, scheduler, RNG and data "
+            "position are restored.",
+            "aliases": ["--resume_from_checkpoint"],
+            "const": "latest",  # the value of a bare --resume
+        },
+    )
+    resume_despite_changes: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume even though options or manifests differ from the checkpoint's "
+            "(the differences are listed first)."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start afresh in an output_dir that holds checkpoints of an earlier run "
+            "(deletes them and its TensorBoard logs)."
+        },
     )

@@ -20,6 +20,9 @@ from fitwhisper.errors import ConfigError
 
 T = TypeVar("T")
 
+# Keys of a run record (RUN/fitwhisper.yaml) that are not options: skipped when it is reused.
+_RUN_RECORD_PARTS = ("versions", "resolved", "code_revision", "manifests")
+
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
     """Add one flag per field of dataclass `cls`, in a help group named `title`."""
@@ -29,27 +32,52 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str)
         kind, choices, optional = _unwrap(hints[f.name])
         default = _default_of(f)
         help_text = f.metadata.get("help", "")
-        flag = f"--{f.name}"
+        # Aliases are the names the user's scripts and blog posts use (--model_name_or_path).
+        flags = [f"--{f.name}", *f.metadata.get("aliases", ())]
         # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten.
         common = {"dest": f.name, "default": argparse.SUPPRESS}
         if kind is bool:
             shown = "auto" if default is None else "on" if default else "off"
             group.add_argument(
-                flag,
-                action=argparse.BooleanOptionalAction,
-                help=f"{help_text} (default: {shown})",
+                *flags,
+                action=_BoolAction,
+                help=f"{help_text} (default: {shown}; --no-{f.name} turns it off)",
                 **common,
             )
+            negated = [f"--no-{flag[2:]}" for flag in flags]
+            group.add_argument(*negated, action="store_false", help=argparse.SUPPRESS, **common)
             continue
         shown = "none" if default is None else default
+        if "const" in f.metadata:  # a bare flag means this value (`--resume`)
+            common.update(nargs="?", const=f.metadata["const"])
         group.add_argument(
-            flag,
+            *flags,
             type=_parser_for(kind, optional),
             choices=choices,
             metavar=None if choices else kind.__name__.upper(),
             help=f"{help_text} (default: {shown})",
             **common,
         )
+
+
+class _BoolAction(argparse.Action):
+    """`--flag`, or `--flag true|false` (also `--flag=True`, as the user's scripts write it)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", metavar="BOOL", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True if values is None else _to_bool(parser, values))
+
+
+def _to_bool(parser: argparse.ArgumentParser, text: str) -> bool:
+    low = text.lower()
+    if low in ("true", "yes", "1", "on"):
+        return True
+    if low in ("false", "no", "0", "off"):
+        return False
+    parser.error(f"expected true or false, got {text!r}")
+    raise AssertionError("unreachable")  # parser.error exits
 
 
 def build_config(cls: type[T], args: argparse.Namespace, file_values: dict[str, Any]) -> T:
@@ -84,7 +112,7 @@ def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, d
                 (out[key].__setitem__(k, v) if field_section.get(k) == key else unknown.append(k))
         elif key in field_section:
             out[field_section[key]][key] = value
-        elif key not in ("versions", "resolved", "code_revision"):  # parts of a run record
+        elif key not in _RUN_RECORD_PARTS:
             unknown.append(str(key))
     if unknown:
         raise ConfigError(

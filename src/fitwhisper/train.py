@@ -4,7 +4,9 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example). The
 
     RUN/fitwhisper.yaml   resolved configuration, versions, data hashes
     RUN/data_report.json  what the data check found and what was skipped
-    RUN/checkpoint-N/     Trainer checkpoints
+    RUN/checkpoint-N/     Trainer checkpoints (model, processor, optimizer, RNG, ...);
+                          fitwhisper_checkpoint.json marks one complete (see resume.py)
+    RUN/trainer_state.json  the whole run's log history and best checkpoint
     RUN/final/            model + processor + generation config (from_pretrained-ready)
     RUN/eval/             predictions.jsonl and metrics.json of the final model
     RUN/logs/             TensorBoard events
@@ -16,7 +18,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
+import os
 import platform
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +46,8 @@ class TrainResult:
     global_step: int
     train_loss: float | None
     eval_metrics: dict[str, float]
+    resumed_from: Path | None = None
+    best_checkpoint: Path | None = None
 
 
 def train(
@@ -63,18 +70,27 @@ def train(
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model, load_processor
+    from fitwhisper.resume import checkpoint_marker, fingerprint
 
     validate(model_cfg, data_cfg, train_cfg)
     out = Path(train_cfg.output_dir)
+
+    # 0. Resume or start afresh; refuses a checkpoint whose options or data differ.
+    manifests = _manifest_hashes(train_cfg)
+    run_fingerprint = fingerprint(
+        {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
+    )
+    resume_from = _prepare_output_dir(out, train_cfg, run_fingerprint)
     out.mkdir(parents=True, exist_ok=True)
+    hub = {"cache_dir": model_cfg.cache_dir} if model_cfg.cache_dir else {}
 
     # 1. Data: check every row before any weights load (the tokenizer is all it needs).
-    processor = load_processor(model_cfg.model)
+    processor = load_processor(model_cfg.model, **hub)
     train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out)
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
-    model = load_model(model_cfg.model)
+    model = load_model(model_cfg.model, **hub)
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
     _freeze(model, model_cfg)
@@ -89,7 +105,9 @@ def train(
     collator = WhisperCollator(processor, model.config.decoder_start_token_id)
 
     # 4. Trainer.
-    args = _training_arguments(train_cfg, has_eval=eval_ds is not None)
+    args = _training_arguments(
+        train_cfg, has_eval=eval_ds is not None, best_metric=_best_metric(model_cfg, train_cfg)
+    )
     compute_metrics = None
     if eval_ds is not None:
         # The clips' own language column counts, as in `fitwhisper evaluate`.
@@ -97,21 +115,36 @@ def train(
         compute_metrics = metrics_fn(
             processor.tokenizer, [r.text for r in eval_rows], metric, normalizer
         )
-    _log_plan(train_cfg, len(train_rows), args)
-    _write_run_record(out, model_cfg, data_cfg, train_cfg, language)
+    resumed_step = _step_of(resume_from)
+    _log_plan(train_cfg, len(train_rows), args, resumed_step=resumed_step)
+    _write_run_record(
+        out, model_cfg, data_cfg, train_cfg, language, manifests=manifests, resumed_from=resume_from
+    )
+    if train_cfg.wandb_project:
+        os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
     trainer = Seq2SeqTrainer(
         model=model,
         args=args,
         data_collator=collator,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
+        # The whole processor, so every checkpoint-N holds tokenizer and feature extractor
+        # and loads as a model anywhere.
         processing_class=processor,
         compute_metrics=compute_metrics,
-        callbacks=[*_logging_callbacks(train_cfg, out), *callbacks],
+        callbacks=[
+            checkpoint_marker(run_fingerprint),
+            *_logging_callbacks(train_cfg, out, resumed_step),
+            *_early_stopping(train_cfg),
+            *callbacks,
+        ],
     )
 
-    # 5. Train and save a from_pretrained-ready model with its processor.
-    result = trainer.train()
+    # 5. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
+    #    resuming) and save a from_pretrained-ready model with its processor; with
+    #    load_best_model_at_end, trainer.model is the best checkpoint's by now.
+    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = out / "final"
     trainer.save_model(str(final_dir))
     processor.save_pretrained(str(final_dir))
@@ -150,6 +183,12 @@ def train(
         global_step=result.global_step,
         train_loss=result.training_loss,
         eval_metrics=eval_metrics,
+        resumed_from=resume_from,
+        best_checkpoint=(
+            Path(trainer.state.best_model_checkpoint)
+            if trainer.state.best_model_checkpoint
+            else None
+        ),
     )
 
 
@@ -173,11 +212,179 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
         problems.append("--min_audio_len must be below --max_audio_len")
     if data_cfg.max_audio_len > 30:
         problems.append("--max_audio_len above 30 s: Whisper's window is 30 s")
+    problems += _schedule_problems(train_cfg)
+    problems += _best_model_problems(model_cfg, train_cfg)
+    problems += _reporting_problems(train_cfg)
+    problems += _output_dir_problems(train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),
             hint="fix the options above; `fitwhisper train --help` explains each one",
         )
+
+
+def _schedule_problems(cfg: TrainConfig) -> list[str]:
+    problems = []
+    if not 0 <= cfg.warmup_ratio < 1:
+        problems.append(f"--warmup_ratio must be in [0, 1), got {cfg.warmup_ratio}")
+    if cfg.warmup_steps < 0:
+        problems.append(f"--warmup_steps must be 0 or more, got {cfg.warmup_steps}")
+    if cfg.warmup_steps > 0 and cfg.warmup_ratio > 0:
+        problems.append("--warmup_steps and --warmup_ratio are both set; pick one")
+    return problems
+
+
+def _best_model_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
+    from fitwhisper.scoring import metric_for_language
+
+    problems = []
+    run_metric = metric_for_language(model_cfg.language)
+    if cfg.metric_for_best_model not in (None, run_metric, "loss"):
+        problems.append(
+            f"--metric_for_best_model {cfg.metric_for_best_model}: this run is scored by "
+            f"{run_metric} (language {model_cfg.language or 'English'}); use {run_metric} or loss"
+        )
+    if cfg.load_best_model_at_end:
+        if cfg.eval_strategy == "no":
+            problems.append("--load_best_model_at_end needs --eval_strategy steps or epoch")
+        elif cfg.save_strategy != cfg.eval_strategy:
+            problems.append(
+                "--load_best_model_at_end needs --save_strategy equal to --eval_strategy "
+                f"(now save {cfg.save_strategy}, eval {cfg.eval_strategy})"
+            )
+        elif cfg.eval_strategy == "steps" and cfg.eval_steps and cfg.save_steps % cfg.eval_steps:
+            problems.append(
+                "--load_best_model_at_end needs --save_steps to be a multiple of --eval_steps "
+                f"(now {cfg.save_steps} and {cfg.eval_steps})"
+            )
+    if cfg.early_stopping_patience is not None:
+        if cfg.early_stopping_patience < 1:
+            problems.append(
+                f"--early_stopping_patience must be at least 1, got {cfg.early_stopping_patience}"
+            )
+        if cfg.eval_strategy == "no":
+            problems.append("--early_stopping_patience needs --eval_strategy steps or epoch")
+        if not cfg.load_best_model_at_end:
+            problems.append("--early_stopping_patience needs --load_best_model_at_end")
+    return problems
+
+
+def _reporting_problems(cfg: TrainConfig) -> list[str]:
+    import importlib.util
+
+    problems = []
+    if cfg.use_wandb and cfg.report_to == "none":
+        problems.append("--use_wandb and --report_to none contradict each other; pick one")
+    wandb = _reports_to(cfg) == "wandb"
+    if wandb and importlib.util.find_spec("wandb") is None:
+        problems.append(
+            "--report_to wandb needs the wandb package, which is not installed: "
+            "`pip install wandb` and `wandb login`, or use --report_to tensorboard"
+        )
+    if cfg.wandb_project and not wandb:
+        problems.append("--wandb_project is set but nothing reports to W&B; add --report_to wandb")
+    return problems
+
+
+def _output_dir_problems(cfg: TrainConfig) -> list[str]:
+    from fitwhisper.resume import checkpoints, is_complete
+
+    problems = []
+    found = checkpoints(cfg.output_dir)
+    if cfg.resume and cfg.overwrite_output_dir:
+        problems.append("--resume and --overwrite_output_dir contradict each other; pick one")
+    elif cfg.resume == "latest" and not any(is_complete(c) for c in found):
+        problems.append(
+            f"--resume: no complete checkpoint in {cfg.output_dir}"
+            + (f" ({len(found)} incomplete)" if found else "")
+            + "; train without --resume to start afresh, or pass --resume PATH"
+        )
+    elif cfg.resume and cfg.resume != "latest" and not Path(cfg.resume).is_dir():
+        problems.append(f"--resume {cfg.resume}: no such checkpoint folder")
+    elif found and not cfg.resume and not cfg.overwrite_output_dir:
+        names = ", ".join(c.name for c in found[-3:])
+        problems.append(
+            f"--output_dir {cfg.output_dir} already holds checkpoints of an earlier run "
+            f"({'..., ' if len(found) > 3 else ''}{names}): add --resume to continue from the "
+            "newest complete one, --overwrite_output_dir to start afresh (deletes them), or "
+            "choose another --output_dir"
+        )
+    return problems
+
+
+def _prepare_output_dir(out: Path, cfg: TrainConfig, run_fingerprint: dict) -> Path | None:
+    """The checkpoint to resume from (checked against this run), or None for a fresh start;
+    clears an earlier run's checkpoints and TensorBoard events with --overwrite_output_dir."""
+    from fitwhisper.resume import (
+        check_unchanged,
+        checkpoints,
+        find_checkpoint,
+        remove_incomplete_after,
+        step_of,
+    )
+
+    if cfg.resume:
+        ckpt = find_checkpoint(out, cfg.resume)
+        check_unchanged(ckpt, run_fingerprint, proceed=cfg.resume_despite_changes)
+        remove_incomplete_after(out, step_of(ckpt))
+        log.info("resuming from %s", ckpt)
+        return ckpt
+    if cfg.overwrite_output_dir:
+        old = checkpoints(out)
+        for ckpt in old:
+            shutil.rmtree(ckpt)
+        events = list(_logs_dir(cfg, out).glob("events.out.tfevents.*"))
+        for f in events:
+            f.unlink()
+        if old or events:
+            log.warning(
+                "--overwrite_output_dir: deleted %d checkpoint(s) and %d TensorBoard event "
+                "file(s) of an earlier run in %s",
+                len(old),
+                len(events),
+                out,
+            )
+    return None
+
+
+def _manifest_hashes(cfg: TrainConfig) -> dict[str, dict[str, str | None]]:
+    """Path and sha256 of each manifest file (None for folders: audiofolder, save_to_disk)."""
+    return {
+        split: {"path": str(path), "sha256": _sha256(path)}
+        for split, path in (("train", cfg.train_manifest), ("eval", cfg.eval_manifest))
+        if path
+    }
+
+
+def _best_metric(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:
+    """metric_for_best_model for Trainer: the run's own metric unless another is asked for."""
+    if not (cfg.load_best_model_at_end or cfg.early_stopping_patience):
+        return None
+    from fitwhisper.scoring import metric_for_language
+
+    return cfg.metric_for_best_model or metric_for_language(model_cfg.language)
+
+
+def _early_stopping(cfg: TrainConfig) -> list:
+    if not cfg.early_stopping_patience:
+        return []
+    from transformers import EarlyStoppingCallback
+
+    return [EarlyStoppingCallback(cfg.early_stopping_patience, cfg.early_stopping_threshold)]
+
+
+def _reports_to(cfg: TrainConfig) -> str:
+    return "wandb" if cfg.use_wandb else cfg.report_to
+
+
+def _logs_dir(cfg: TrainConfig, out: Path) -> Path:
+    return Path(cfg.logging_dir) if cfg.logging_dir else out / "logs"
+
+
+def _step_of(checkpoint: Path | None) -> int | None:
+    from fitwhisper.resume import step_of
+
+    return None if checkpoint is None else step_of(checkpoint)
 
 
 def _freeze(model, model_cfg: ModelConfig) -> None:
@@ -231,7 +438,7 @@ def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: 
     return rows["train"], rows["eval"], skipped
 
 
-def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
+def _training_arguments(cfg: TrainConfig, *, has_eval: bool, best_metric: str | None = None):
     from transformers import Seq2SeqTrainingArguments
 
     precision = choose_precision(cfg.fp16, cfg.bf16, **hardware())
@@ -242,7 +449,8 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_steps,
+        # transformers 5 folded warmup_ratio into warmup_steps: a float below 1 is a ratio.
+        warmup_steps=cfg.warmup_ratio if cfg.warmup_ratio > 0 else cfg.warmup_steps,
         lr_scheduler_type=cfg.lr_scheduler_type,
         max_steps=cfg.max_steps,
         num_train_epochs=cfg.num_train_epochs,
@@ -252,6 +460,11 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
         save_strategy=cfg.save_strategy,
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
+        load_best_model_at_end=cfg.load_best_model_at_end and has_eval,
+        metric_for_best_model=best_metric,
+        # Trainer guesses "higher is better" for any name not ending in "loss"; WER and CER
+        # are error rates.
+        greater_is_better=False if best_metric else None,
         seed=cfg.seed,
         fp16=precision == "fp16",
         bf16=precision == "bf16",
@@ -263,7 +476,7 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
         generation_max_length=cfg.generation_max_length,
         generation_num_beams=1,
         # Our own TensorBoard callback writes into RUN/logs; wandb goes through Trainer.
-        report_to=["wandb"] if cfg.report_to == "wandb" else "none",
+        report_to=["wandb"] if _reports_to(cfg) == "wandb" else "none",
         # SpeechDataset yields exactly the model's inputs; nothing to prune.
         remove_unused_columns=False,
         label_names=["labels"],
@@ -271,23 +484,28 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
     )
 
 
-def _logging_callbacks(cfg: TrainConfig, out: Path) -> list:
-    if cfg.report_to != "tensorboard":
+def _logging_callbacks(cfg: TrainConfig, out: Path, resumed_step: int | None = None) -> list:
+    if _reports_to(cfg) != "tensorboard":
         return []
     from torch.utils.tensorboard import SummaryWriter
     from transformers.integrations import TensorBoardCallback
 
-    return [TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(out / "logs")))]
+    # On resume, TensorBoard hides what the stopped run logged after its checkpoint (those
+    # steps are trained again), so the curves join without overlap.
+    purge = None if resumed_step is None else resumed_step + 1
+    writer = SummaryWriter(log_dir=str(_logs_dir(cfg, out)), purge_step=purge)
+    return [TensorBoardCallback(tb_writer=writer)]
 
 
-def _log_plan(cfg: TrainConfig, n_rows: int, args) -> None:
+def _log_plan(cfg: TrainConfig, n_rows: int, args, *, resumed_step: int | None = None) -> None:
     processes = max(args.world_size, 1)
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
+    # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
     steps_per_epoch = max(1, -(-n_rows // effective))
     if cfg.max_steps > 0:
         steps, epochs = cfg.max_steps, cfg.max_steps / steps_per_epoch
     else:
-        steps, epochs = int(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
+        steps, epochs = math.ceil(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
     log.info(
         "effective batch = %d x %d x %d process(es) = %d; %d training clips; "
         "%d optimizer steps (%.1f epochs); precision %s",
@@ -300,33 +518,66 @@ def _log_plan(cfg: TrainConfig, n_rows: int, args) -> None:
         epochs,
         "bf16 mixed" if args.bf16 else "fp16 mixed" if args.fp16 else "fp32",
     )
+    if resumed_step is not None:
+        log.info(
+            "resuming at step %d of %d (epoch %.2f): %d steps to go",
+            resumed_step,
+            steps,
+            resumed_step / steps_per_epoch,
+            max(steps - resumed_step, 0),
+        )
+
+
+# Per-invocation commands, not options of the run: a record reused with --config must not
+# resume or delete anything by itself.
+_NOT_RECORDED = ("resume", "resume_despite_changes", "overwrite_output_dir")
 
 
 def _write_run_record(
-    out: Path, model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig, language
+    out: Path,
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    language,
+    *,
+    manifests: dict | None = None,
+    resumed_from: Path | None = None,
 ) -> None:
-    import torch
-    import transformers
-
     import fitwhisper
 
+    train_options = {
+        k: v for k, v in dataclasses.asdict(train_cfg).items() if k not in _NOT_RECORDED
+    }
     record = {
         "model": dataclasses.asdict(model_cfg),
         "data": dataclasses.asdict(data_cfg),
-        "train": dataclasses.asdict(train_cfg),
+        "train": train_options,
         "resolved": {
             "language": language,
-            "precision": choose_precision(train_cfg.fp16, train_cfg.bf16, **hardware()),
+            "resumed_from": str(resumed_from) if resumed_from else None,
         },
+        "manifests": manifests or {},
         "versions": {
             "fitwhisper": fitwhisper.__version__,
-            "torch": str(torch.__version__),
-            "transformers": str(transformers.__version__),
             "python": platform.python_version(),
+            **_library_versions(),
         },
         "code_revision": _code_revision(),
     }
     (out / "fitwhisper.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+
+
+def _library_versions() -> dict[str, str]:
+    """Installed versions of the libraries that shape a run (absent ones left out)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "transformers", "peft", "accelerate", "datasets"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
 
 
 def _code_revision() -> str | None:

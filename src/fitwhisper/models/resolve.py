@@ -86,7 +86,7 @@ _ALTERNATIVES = (
 )
 
 
-def resolve_model(spec: str | Path) -> ResolvedModel:
+def resolve_model(spec: str | Path, *, cache_dir: str | None = None) -> ResolvedModel:
     """Resolve a model spec; converts CTranslate2 and offline models into the cache.
 
     Raises:
@@ -112,17 +112,18 @@ def resolve_model(spec: str | Path) -> ResolvedModel:
             hint="known Hub ids: " + ", ".join(m.hub_id for m in KNOWN_MODELS[:6]) + " ...; "
             f"or {_ALTERNATIVES}",
         )
-    if _hub_offline() and not _in_hub_cache(text):
+    if _hub_offline() and not _in_hub_cache(text, cache_dir):
         raise _hub_error(text, "the Hub is switched off (HF_HUB_OFFLINE) and it is not cached")
     return ResolvedModel(text, "hub", text)
 
 
-def load_processor(spec: str | Path):
-    """WhisperProcessor (feature extractor + tokenizer) for a model spec."""
+def load_processor(spec: str | Path, **kwargs):
+    """WhisperProcessor (feature extractor + tokenizer) for a model spec; `kwargs` (such as
+    cache_dir, where Hub downloads go) go to from_pretrained."""
     from transformers import WhisperProcessor
 
-    resolved = resolve_model(spec)
-    return _from_pretrained(WhisperProcessor, resolved)
+    resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
+    return _from_pretrained(WhisperProcessor, resolved, **kwargs)
 
 
 def load_model(spec: str | Path, **kwargs):
@@ -132,7 +133,7 @@ def load_model(spec: str | Path, **kwargs):
     """
     from transformers import WhisperForConditionalGeneration
 
-    resolved = resolve_model(spec)
+    resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
     model = _from_pretrained(WhisperForConditionalGeneration, resolved, **kwargs)
     if resolved.adapter is not None:
         from peft import PeftModel
@@ -205,7 +206,7 @@ def _from_pretrained(cls, resolved: ResolvedModel, **kwargs):
     elif not _hub_reachable(resolved.path_or_id):
         # huggingface_hub retries a dead connection for about two minutes before it gives
         # up; one quick probe lets us use the cache at once, or say at once what to do.
-        if not _in_hub_cache(resolved.path_or_id):
+        if not _in_hub_cache(resolved.path_or_id, kwargs.get("cache_dir")):
             raise _hub_error(resolved.spec, "the Hugging Face Hub could not be reached")
         log.info("the Hugging Face Hub cannot be reached; using the cached %s", resolved.spec)
         kwargs.setdefault("local_files_only", True)
@@ -253,10 +254,10 @@ def _hub_reachable(hub_id: str, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def _in_hub_cache(hub_id: str) -> bool:
+def _in_hub_cache(hub_id: str, cache_dir: str | None = None) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    return isinstance(try_to_load_from_cache(hub_id, "config.json", cache_dir=cache_dir), str)
 
 
 def _looks_local(text: str) -> bool:
