@@ -28,7 +28,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str)
     for f in dataclasses.fields(cls):
         kind, choices, optional = _unwrap(hints[f.name])
         default = _default_of(f)
-        help_text = f.metadata.get("help", "")
+        # argparse %-formats help text; a literal percent sign must not break it.
+        help_text = f.metadata.get("help", "").replace("%", "%%")
         flag = f"--{f.name}"
         # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten.
         common = {"dest": f.name, "default": argparse.SUPPRESS}
@@ -37,6 +38,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str)
                 flag,
                 action=argparse.BooleanOptionalAction,
                 help=f"{help_text} (default: {'on' if default else 'off'})",
+                **common,
+            )
+            continue
+        if kind is list:  # list[str]: a comma list, or the flag repeated
+            group.add_argument(
+                flag,
+                action="extend",
+                type=_comma_list,
+                metavar="A,B",
+                help=f"{help_text} (default: {','.join(default)})",
                 **common,
             )
             continue
@@ -105,6 +116,8 @@ def _unwrap(hint: Any) -> tuple[type, list[Any] | None, bool]:
     if origin is Literal:
         choices = list(typing.get_args(hint))
         return type(choices[0]), choices, optional
+    if origin is list:
+        return list, None, optional
     return hint, None, optional
 
 
@@ -116,6 +129,10 @@ def _parser_for(kind: type, optional: bool):
 
     parse.__name__ = kind.__name__  # argparse names the type in its error messages
     return parse
+
+
+def _comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _default_of(f: dataclasses.Field) -> Any:

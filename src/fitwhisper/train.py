@@ -5,7 +5,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example). The
     RUN/fitwhisper.yaml   resolved configuration, versions, data hashes
     RUN/data_report.json  what the data check found and what was skipped
     RUN/checkpoint-N/     Trainer checkpoints
-    RUN/final/            model + processor + generation config (from_pretrained-ready)
+    RUN/final/            model + processor + generation config (from_pretrained-ready);
+                          for LoRA runs the adapter, with processor and generation config
     RUN/eval/             predictions.jsonl and metrics.json of the final model
     RUN/logs/             TensorBoard events
 """
@@ -60,10 +61,21 @@ def train(
 
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn
+    from fitwhisper.methods import (
+        load_kwargs,
+        method_of,
+        portable_base_name,
+        prepare_for_training,
+        save_processor_and_generation_config,
+    )
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model, load_processor
 
     validate(model_cfg, data_cfg, train_cfg)
+    if method_of(model_cfg) != "full" and not model_cfg.use_lora:
+        # Quantised weights cannot be trained directly; the run record says what ran.
+        log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
+        model_cfg = dataclasses.replace(model_cfg, use_lora=True)
     out = Path(train_cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -73,10 +85,13 @@ def train(
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
-    model = load_model(model_cfg.model)
+    #    The method (full, LoRA, 8-bit/4-bit + LoRA) decides how it loads and what trains.
+    model = load_model(model_cfg.model, **load_kwargs(model_cfg, train_cfg))
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
-    _freeze(model, model_cfg)
+    model = prepare_for_training(
+        model, model_cfg, train_cfg, base_name=portable_base_name(model_cfg.model)
+    )
 
     # 3. Datasets decode audio and make features as batches are drawn.
     train_ds = SpeechDataset(train_rows, processor, language=language, task=model_cfg.task)
@@ -108,11 +123,12 @@ def train(
         callbacks=[*_logging_callbacks(train_cfg, out), *callbacks],
     )
 
-    # 5. Train and save a from_pretrained-ready model with its processor.
+    # 5. Train and save a from_pretrained-ready model with its processor (LoRA: the adapter,
+    #    usable on its own by `evaluate`, `merge` and PeftModel.from_pretrained).
     result = trainer.train()
     final_dir = out / "final"
     trainer.save_model(str(final_dir))
-    processor.save_pretrained(str(final_dir))
+    save_processor_and_generation_config(final_dir, trainer.model, processor)
 
     # 6. Score the final model on the held-out clips by generation.
     eval_metrics: dict[str, float] = {}
@@ -174,19 +190,14 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
         problems.append("--min_audio_len must be below --max_audio_len")
     if data_cfg.max_audio_len > 30:
         problems.append("--max_audio_len above 30 s: Whisper's window is 30 s")
+    from fitwhisper.methods import problems as method_problems
+
+    problems += method_problems(model_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),
             hint="fix the options above; `fitwhisper train --help` explains each one",
         )
-
-
-def _freeze(model, model_cfg: ModelConfig) -> None:
-    # Whisper's encoder positions are fixed sinusoids in the original model; transformers
-    # loads them as a trainable table, and a plain fine-tune would drift them. Keep them fixed.
-    model.model.encoder.embed_positions.requires_grad_(False)
-    if model_cfg.freeze_encoder:
-        model.model.encoder.requires_grad_(False)
 
 
 def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: Path):
@@ -242,6 +253,7 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool):
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         weight_decay=cfg.weight_decay,
+        optim=cfg.optim,
         warmup_steps=cfg.warmup_steps,
         lr_scheduler_type=cfg.lr_scheduler_type,
         max_steps=cfg.max_steps,
