@@ -50,6 +50,12 @@ def problems(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
     """
     found: list[str] = []
     quantised = model_cfg.use_8bit or model_cfg.use_4bit
+    spec = Path(model_cfg.model).expanduser()
+    if is_adapter_dir(spec) or (is_adapter_dir(spec / "final") and not is_model_dir(spec)):
+        found.append(
+            f"--model {model_cfg.model} is a LoRA adapter; to train on from it, merge it first "
+            "(fitwhisper merge ADAPTER OUT) and pass --model OUT"
+        )
     if model_cfg.use_8bit and model_cfg.use_4bit:
         found.append("--use_8bit and --use_4bit are both set; pick one")
     if quantised or model_cfg.use_lora:
@@ -140,12 +146,11 @@ def load_kwargs(model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict[str, Any
     return {"quantization_config": bnb, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
 
 
-def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig, *, base_name: str):
+def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
     """The loaded model made ready for Trainer: frozen parts, kbit preparation, adapters.
 
     Args:
         model: WhisperForConditionalGeneration, quantised if `load_kwargs` asked for it.
-        base_name: what the saved adapter names as its base (see `portable_base_name`).
 
     Returns:
         The model itself (full fine-tuning) or a PeftModel wrapping it.
@@ -167,9 +172,6 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig, 
         # peft reads `is_gradient_checkpointing`, deprecated in transformers 5: not ours to fix.
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         peft_model = get_peft_model(model, lora_config(model_cfg))
-    # The adapter names the base as the user did (offline/base, a Hub id, an absolute
-    # folder), not the cache folder it was loaded from, so it stays loadable elsewhere.
-    peft_model.peft_config["default"].base_model_name_or_path = base_name
     trainable, total = _count_parameters(peft_model)
     log.info(
         "method %s: training %s LoRA parameters (%.2f%% of %s), rank %d, alpha %d, on %s%s",
@@ -207,6 +209,27 @@ def lora_config(model_cfg: ModelConfig):
     )
 
 
+def finish_final_dir(final_dir: str | Path, model, processor, *, model_spec: str) -> None:
+    """Make the saved model folder usable on its own.
+
+    Adds the processor and the generation config that carries language and task (a
+    PeftModel saves neither). An adapter's base is renamed as the user named it (offline
+    name, Hub id, absolute folder) instead of the cache folder it was loaded from, so the
+    adapter loads elsewhere too. Only here, after saving: while saving, PEFT looks the
+    base up on the Hub unless it is a local folder.
+    """
+    import json
+
+    final = Path(final_dir)
+    processor.save_pretrained(str(final))
+    model.generation_config.save_pretrained(str(final))
+    if is_adapter_dir(final):
+        cfg_file = final / "adapter_config.json"
+        cfg = json.loads(cfg_file.read_text())
+        cfg["base_model_name_or_path"] = portable_base_name(model_spec)
+        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def portable_base_name(spec: str) -> str:
     """How an adapter should name its base: a local folder as an absolute path (the run
     may be read from another working directory), anything else (offline name, Hub id)
@@ -215,15 +238,14 @@ def portable_base_name(spec: str) -> str:
     return str(path.resolve()) if path.is_dir() else spec
 
 
-def save_processor_and_generation_config(final_dir: str | Path, model, processor) -> None:
-    """Make an adapter folder usable on its own: processor and the generation config that
-    carries language and task (PeftModel.save_pretrained writes neither)."""
-    processor.save_pretrained(str(final_dir))
-    model.generation_config.save_pretrained(str(final_dir))
-
-
 def is_adapter_dir(path: str | Path) -> bool:
+    """Whether `path` holds a PEFT adapter (a LoRA run's final/)."""
     return (Path(path) / "adapter_config.json").is_file()
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """Whether `path` holds a transformers model of its own."""
+    return (Path(path) / "config.json").is_file()
 
 
 def _freeze_for_full(model, model_cfg: ModelConfig) -> None:

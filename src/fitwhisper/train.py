@@ -61,13 +61,7 @@ def train(
 
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn
-    from fitwhisper.methods import (
-        load_kwargs,
-        method_of,
-        portable_base_name,
-        prepare_for_training,
-        save_processor_and_generation_config,
-    )
+    from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model, load_processor
 
@@ -89,9 +83,7 @@ def train(
     model = load_model(model_cfg.model, **load_kwargs(model_cfg, train_cfg))
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
-    model = prepare_for_training(
-        model, model_cfg, train_cfg, base_name=portable_base_name(model_cfg.model)
-    )
+    model = prepare_for_training(model, model_cfg, train_cfg)
 
     # 3. Datasets decode audio and make features as batches are drawn.
     train_ds = SpeechDataset(train_rows, processor, language=language, task=model_cfg.task)
@@ -128,7 +120,7 @@ def train(
     result = trainer.train()
     final_dir = out / "final"
     trainer.save_model(str(final_dir))
-    save_processor_and_generation_config(final_dir, trainer.model, processor)
+    finish_final_dir(final_dir, trainer.model, processor, model_spec=model_cfg.model)
 
     # 6. Score the final model on the held-out clips by generation.
     eval_metrics: dict[str, float] = {}
