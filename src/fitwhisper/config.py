@@ -85,7 +85,11 @@ class ModelConfig:
         default="transcribe", metadata={"help": "transcribe, or translate into English."}
     )
     freeze_encoder: bool = field(
-        default=False, metadata={"help": "Train the decoder only; the encoder stays as loaded."}
+        default=False,
+        metadata={
+            "help": "Train the decoder only; the encoder stays as loaded (with LoRA: adapters "
+            "in the decoder only)."
+        },
     )
     use_lora: bool = field(
         default=False,
