@@ -114,8 +114,10 @@ def test_lora_trains_adapters_only_and_merges_into_an_equal_model(
     assert set(adapter_cfg["target_modules"]) == set(WHISPER_LINEAR_MODULES)
     base_bytes = (tiny_whisper_dir / "model.safetensors").stat().st_size
     assert (final / "adapter_model.safetensors").stat().st_size < 0.1 * base_bytes
-    # Trainer checkpoints of a LoRA run hold the adapter (what resuming loads).
+    # Trainer checkpoints of a LoRA run hold the adapter (what resuming loads) and work as
+    # a model spec, with the base's tokenizer (a checkpoint holds only the feature extractor).
     assert (out / "checkpoint-2" / "adapter_model.safetensors").is_file()
+    assert load_processor(out / "checkpoint-2").tokenizer.eos_token == "<|endoftext|>"
 
     # `fitwhisper merge` writes a full model whose logits equal the adapter model's.
     merged_dir = tmp_path / "merged"

@@ -123,8 +123,11 @@ def load_processor(spec: str | Path):
     from transformers import WhisperProcessor
 
     resolved = resolve_model(spec)
-    if resolved.adapter is not None and (resolved.adapter / "preprocessor_config.json").is_file():
-        # A LoRA run saves its processor beside the adapter; it wins over the base's.
+    if resolved.adapter is not None and all(
+        (resolved.adapter / f).is_file() for f in ("preprocessor_config.json", "tokenizer.json")
+    ):
+        # A LoRA run's final/ holds its processor beside the adapter; it wins over the base's.
+        # (Trainer checkpoints hold only the feature extractor: those use the base's.)
         return WhisperProcessor.from_pretrained(resolved.adapter)
     return _from_pretrained(WhisperProcessor, resolved)
 
