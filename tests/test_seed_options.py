@@ -22,11 +22,6 @@ EXCLUDED = {
     "--output_file",
     "--return_timestamps",
     "--device",
-    # LoRA and 8-bit loading come with the LoRA work; remove these when it lands.
-    "--lora_r",
-    "--lora_alpha",
-    "--lora_dropout",
-    "--use_8bit",
 }
 
 # `--flag`, `--flag=value` or `--flag value` (a value is the next word unless it is a flag,

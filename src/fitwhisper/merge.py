@@ -1,0 +1,71 @@
+"""Merge a LoRA adapter into its base: a full model that needs neither PEFT nor the base (T12).
+
+Run with `fitwhisper merge ADAPTER OUT`. ADAPTER is a LoRA run's `final/` (or the run
+folder); OUT gets weights, config, generation config (language and task) and processor,
+and loads with `from_pretrained` and the transformers ASR pipeline.
+
+The base is loaded unquantised (float32) even when the adapter was trained on an 8-bit or
+4-bit base, so the merged model is the adapter on full-precision weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.errors import ConfigError, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What `merge_adapter` wrote."""
+
+    out: Path
+    adapter: Path
+    base: str  # the base as the adapter names it
+    n_params: int
+
+
+def merge_adapter(adapter: str | Path, out: str | Path, *, overwrite: bool = False) -> MergeResult:
+    """Fold the LoRA adapter at `adapter` into its base model and save the result in `out`.
+
+    Raises:
+        ModelLoadError: `adapter` holds no LoRA adapter, or its base cannot be loaded.
+        ConfigError: `out` exists and `overwrite` is off.
+    """
+    import json
+
+    import torch
+
+    from fitwhisper.models.resolve import load_model, load_processor, resolve_model
+
+    resolved = resolve_model(adapter)
+    if resolved.adapter is None:
+        raise ModelLoadError(
+            f"{adapter} holds no LoRA adapter (no adapter_config.json)",
+            hint="pass a LoRA run's final/ folder (trained with --use_lora, --use_8bit or "
+            "--use_4bit); a full fine-tune is already a complete model",
+        )
+    dest = Path(out)
+    if dest.exists() and any(dest.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
+        shutil.rmtree(dest)
+
+    # 1. Base in float32 plus adapter (with the adapter's generation config).
+    model = load_model(adapter, dtype=torch.float32)
+    # 2. W + (alpha / r) * B @ A into each target layer; the LoRA layers are removed.
+    merged = model.merge_and_unload()
+    # 3. A plain transformers folder with the processor the run used.
+    merged.save_pretrained(dest)
+    load_processor(adapter).save_pretrained(dest)
+    base = json.loads((resolved.adapter / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ]
+    n_params = sum(p.numel() for p in merged.parameters())
+    log.info("merged %s into its base %s -> %s", resolved.adapter, base, dest)
+    return MergeResult(out=dest, adapter=resolved.adapter, base=base, n_params=n_params)

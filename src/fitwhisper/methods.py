@@ -1,0 +1,286 @@
+"""Training methods: full fine-tuning, LoRA, and LoRA on an 8-bit or a 4-bit (QLoRA) base.
+
+`fitwhisper train` picks the method from its flags:
+
+    (none)               full fine-tuning; --freeze_encoder trains the decoder only
+    --use_lora           LoRA adapters (PEFT) on a frozen base; the run saves the adapter
+    --use_8bit           the base loaded in 8 bits (bitsandbytes, CUDA), LoRA on top
+    --use_4bit           the base loaded in 4-bit NF4 (QLoRA, CUDA), LoRA on top
+
+Quantisation happens inside `from_pretrained`, so it comes in two parts: `load_kwargs`
+before loading (the BitsAndBytesConfig), `prepare_for_training` after it (freezing, kbit
+preparation, adapters). `problems` lists what cannot work, for `train.validate`, before
+anything loads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+from fitwhisper.config import WHISPER_LINEAR_MODULES, ModelConfig, TrainConfig
+from fitwhisper.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+Method = Literal["full", "lora", "lora_8bit", "lora_4bit"]
+
+GPU_EXTRA_HINT = "pip install 'fitwhisper[gpu]' (bitsandbytes) on a machine with a CUDA GPU"
+LORA_LOW_LR = 5e-5  # below this a LoRA run barely moves in a typical number of steps
+
+
+def method_of(model_cfg: ModelConfig) -> Method:
+    """Which method the options select; 8-bit and 4-bit always train LoRA adapters."""
+    if model_cfg.use_4bit:
+        return "lora_4bit"
+    if model_cfg.use_8bit:
+        return "lora_8bit"
+    return "lora" if model_cfg.use_lora else "full"
+
+
+def problems(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
+    """Every conflict among the method options, as flag-named sentences (empty: all fine).
+
+    Checks only what is known without loading anything: option values, CUDA and whether
+    bitsandbytes is installed.
+    """
+    found: list[str] = []
+    quantised = model_cfg.use_8bit or model_cfg.use_4bit
+    spec = Path(model_cfg.model).expanduser()
+    if is_adapter_dir(spec) or (is_adapter_dir(spec / "final") and not is_model_dir(spec)):
+        found.append(
+            f"--model {model_cfg.model} is a LoRA adapter; to train on from it, merge it first "
+            "(fitwhisper merge ADAPTER OUT) and pass --model OUT"
+        )
+    if model_cfg.use_8bit and model_cfg.use_4bit:
+        found.append("--use_8bit and --use_4bit are both set; pick one")
+    if quantised or model_cfg.use_lora:
+        if model_cfg.lora_r < 1:
+            found.append(f"--lora_r must be at least 1, got {model_cfg.lora_r}")
+        if model_cfg.lora_alpha <= 0:
+            found.append(f"--lora_alpha must be positive, got {model_cfg.lora_alpha}")
+        if not 0 <= model_cfg.lora_dropout < 1:
+            found.append(f"--lora_dropout must be in [0, 1), got {model_cfg.lora_dropout}")
+        unknown = [m for m in model_cfg.lora_target_modules if m not in WHISPER_LINEAR_MODULES]
+        if unknown:
+            found.append(
+                f"--lora_target_modules has unknown layers {', '.join(unknown)}; "
+                f"Whisper's are {','.join(WHISPER_LINEAR_MODULES)}"
+            )
+        elif not model_cfg.lora_target_modules:
+            found.append("--lora_target_modules is empty; name at least one layer")
+    flag = "--use_4bit" if model_cfg.use_4bit else "--use_8bit"
+    if quantised and not _cuda_available():
+        found.append(f"{flag} needs a CUDA GPU and none is visible; use --use_lora on this machine")
+    if quantised and not _bitsandbytes_installed():
+        found.append(f"{flag} needs bitsandbytes, which is not installed: {GPU_EXTRA_HINT}")
+    if train_cfg.optim == "adamw_8bit":
+        if not _cuda_available():
+            found.append("--optim adamw_8bit needs a CUDA GPU; use adamw_torch or adafactor")
+        if not _bitsandbytes_installed():
+            found.append(f"--optim adamw_8bit needs bitsandbytes: {GPU_EXTRA_HINT}")
+    if model_cfg.use_4bit:
+        dtype = model_cfg.bnb_4bit_compute_dtype
+        precision = _precision(train_cfg)
+        if precision == "fp16" and dtype in ("bfloat16", "float32"):
+            found.append(
+                f"--fp16 with --bnb_4bit_compute_dtype {dtype}: mixed precision and the 4-bit "
+                "layers would compute in different dtypes; use float16 or auto"
+            )
+        if precision == "bf16" and dtype in ("float16", "float32"):
+            found.append(
+                f"--bf16 with --bnb_4bit_compute_dtype {dtype}: mixed precision and the 4-bit "
+                "layers would compute in different dtypes; use bfloat16 or auto"
+            )
+    return found
+
+
+def quantization_config(model_cfg: ModelConfig, train_cfg: TrainConfig):
+    """The BitsAndBytesConfig for `from_pretrained`, or None for an unquantised base.
+
+    8-bit is LLM.int8() with its default outlier threshold. 4-bit is the QLoRA recipe:
+    NF4 weights with double quantisation, computing in `compute_dtype_name(...)`.
+    """
+    from transformers import BitsAndBytesConfig
+
+    if model_cfg.use_4bit:
+        import torch
+
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=getattr(torch, compute_dtype_name(model_cfg, train_cfg)),
+        )
+    if model_cfg.use_8bit:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return None
+
+
+def compute_dtype_name(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+    """The 4-bit compute dtype: as asked, or following the mixed-precision flag."""
+    if model_cfg.bnb_4bit_compute_dtype != "auto":
+        return model_cfg.bnb_4bit_compute_dtype
+    precision = _precision(train_cfg)
+    return {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+
+
+def _precision(train_cfg: TrainConfig) -> str:
+    """The run's precision: as flagged, or chosen from the GPU (see fitwhisper.precision)."""
+    from fitwhisper.precision import choose_precision, hardware
+
+    return choose_precision(train_cfg.fp16, train_cfg.bf16, **hardware())
+
+
+def load_kwargs(model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict[str, Any]:
+    """Extra `from_pretrained` arguments for the method: none, or quantisation + placement.
+
+    Raises:
+        ConfigError: 8-bit/4-bit without CUDA or bitsandbytes (validate() says so earlier;
+            this guards callers that skip it).
+    """
+    bnb = quantization_config(model_cfg, train_cfg)
+    if bnb is None:
+        return {}
+    if not _cuda_available() or not _bitsandbytes_installed():
+        raise ConfigError(
+            "8-bit and 4-bit loading need a CUDA GPU and bitsandbytes",
+            hint=f"{GPU_EXTRA_HINT}; without one, train with --use_lora",
+        )
+    # Quantised weights are made on the GPU while loading; one GPU per process (torchrun).
+    return {"quantization_config": bnb, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
+
+
+def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
+    """The loaded model made ready for Trainer: frozen parts, kbit preparation, adapters.
+
+    Args:
+        model: WhisperForConditionalGeneration, quantised if `load_kwargs` asked for it.
+
+    Returns:
+        The model itself (full fine-tuning) or a PeftModel wrapping it.
+    """
+    method = method_of(model_cfg)
+    if method == "full":
+        _freeze_for_full(model, model_cfg)
+        return model
+
+    from peft import get_peft_model, prepare_model_for_kbit_training
+
+    if method in ("lora_8bit", "lora_4bit"):
+        # Freezes the base and upcasts its non-quantised parts (norms, conv) to fp32.
+        # Checkpointing stays with Trainer (--gradient_checkpointing): transformers 5
+        # checkpoints without reentrancy, so no input-grad hook on the encoder's conv is
+        # needed for gradients to reach adapters inside checkpointed layers.
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    with warnings.catch_warnings():
+        # peft reads `is_gradient_checkpointing`, deprecated in transformers 5: not ours to fix.
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+        peft_model = get_peft_model(model, lora_config(model_cfg))
+    trainable, total = _count_parameters(peft_model)
+    log.info(
+        "method %s: training %s LoRA parameters (%.2f%% of %s), rank %d, alpha %d, on %s%s",
+        method,
+        f"{trainable:,}",
+        100 * trainable / max(total, 1),
+        f"{total:,}",
+        model_cfg.lora_r,
+        model_cfg.lora_alpha,
+        ",".join(model_cfg.lora_target_modules),
+        " of the decoder" if model_cfg.freeze_encoder else "",
+    )
+    if train_cfg.learning_rate < LORA_LOW_LR:
+        log.warning(
+            "--learning_rate %g is low for LoRA; LoRA runs usually use 1e-4 to 1e-3",
+            train_cfg.learning_rate,
+        )
+    return peft_model
+
+
+def lora_config(model_cfg: ModelConfig):
+    """PEFT LoraConfig from the options; with --freeze_encoder, decoder layers only."""
+    from peft import LoraConfig
+
+    targets: list[str] | str = list(model_cfg.lora_target_modules)
+    if model_cfg.freeze_encoder:
+        # A regex string is matched against full module names (PEFT's rule).
+        targets = rf"model\.decoder\.layers\.\d+\..*({'|'.join(targets)})"
+    return LoraConfig(
+        r=model_cfg.lora_r,
+        lora_alpha=model_cfg.lora_alpha,
+        lora_dropout=model_cfg.lora_dropout,
+        target_modules=targets,
+        bias="none",
+    )
+
+
+def finish_final_dir(final_dir: str | Path, model, processor, *, model_spec: str) -> None:
+    """Make the saved model folder usable on its own.
+
+    Adds the processor and the generation config that carries language and task (a
+    PeftModel saves neither). An adapter's base is renamed as the user named it (offline
+    name, Hub id, absolute folder) instead of the cache folder it was loaded from, so the
+    adapter loads elsewhere too. Only here, after saving: while saving, PEFT looks the
+    base up on the Hub unless it is a local folder.
+    """
+    import json
+
+    final = Path(final_dir)
+    processor.save_pretrained(str(final))
+    model.generation_config.save_pretrained(str(final))
+    if is_adapter_dir(final):
+        cfg_file = final / "adapter_config.json"
+        cfg = json.loads(cfg_file.read_text())
+        cfg["base_model_name_or_path"] = portable_base_name(model_spec)
+        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def portable_base_name(spec: str) -> str:
+    """How an adapter should name its base: a local folder as an absolute path (the run
+    may be read from another working directory), anything else (offline name, Hub id)
+    as written."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.is_dir() else spec
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether `path` holds a PEFT adapter (a LoRA run's final/)."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """Whether `path` holds a transformers model of its own."""
+    return (Path(path) / "config.json").is_file()
+
+
+def _freeze_for_full(model, model_cfg: ModelConfig) -> None:
+    # Whisper's encoder positions are fixed sinusoids in the original model; transformers
+    # loads them as a trainable table, and a plain fine-tune would drift them. Keep them fixed.
+    model.model.encoder.embed_positions.requires_grad_(False)
+    if model_cfg.freeze_encoder:
+        model.model.encoder.requires_grad_(False)
+
+
+def _count_parameters(model) -> tuple[int, int]:
+    trainable = total = 0
+    for p in model.parameters():
+        # 4-bit weights are packed two per byte; count what they stand for.
+        n = p.numel() * (2 if p.__class__.__name__ == "Params4bit" else 1)
+        total += n
+        trainable += n if p.requires_grad else 0
+    return trainable, total
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _bitsandbytes_installed() -> bool:
+    # find_spec, not import: importing bitsandbytes on a machine without CUDA prints warnings.
+    return importlib.util.find_spec("bitsandbytes") is not None
