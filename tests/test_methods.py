@@ -12,6 +12,7 @@ import torch
 from fitwhisper import methods
 from fitwhisper.config import WHISPER_LINEAR_MODULES, DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError, ModelLoadError
+from fitwhisper.models.resolve import has_processor
 from fitwhisper.train import train, validate
 
 # Merged vs adapter model in float32: only the order of the sums differs.
@@ -102,11 +103,11 @@ def test_lora_trains_adapters_only_and_merges_into_an_equal_model(
     for name in (
         "adapter_config.json",
         "adapter_model.safetensors",
-        "preprocessor_config.json",
         "tokenizer.json",
         "generation_config.json",
     ):
         assert (final / name).is_file(), name
+    assert has_processor(final)
     assert not (final / "model.safetensors").exists()
     adapter_cfg = json.loads((final / "adapter_config.json").read_text())
     assert adapter_cfg["base_model_name_or_path"] == str(tiny_whisper_dir.resolve())
@@ -158,7 +159,7 @@ def test_lora_trains_adapters_only_and_merges_into_an_equal_model(
     validate(ModelConfig(model=str(merged_dir)), DataConfig(), TrainConfig(train_manifest="t"))
 
     # `fitwhisper evaluate` takes the LoRA run folder as a model.
-    argv = ["evaluate", str(tone_manifest), "--model", str(out), "--max_samples", "2"]
+    argv = ["evaluate", str(out), str(tone_manifest), "--max_samples", "2"]
     assert main([*argv, "--generation_max_length", "8"]) == 0
 
 
@@ -194,7 +195,8 @@ def test_every_method_conflict_is_reported_at_once_before_loading(
         train(model_cfg, DataConfig(), train_cfg)
     lines = e.value.message.splitlines()[1:]
     assert lines == [
-        "  - --fp16/--bf16 need a CUDA GPU and none is visible; train in fp32 on CPU",
+        "  - --fp16/--bf16 need a CUDA GPU and none is visible; leave both unset to train "
+        "in fp32 on CPU",
         "  - --use_8bit and --use_4bit are both set; pick one",
         "  - --lora_r must be at least 1, got 0",
         "  - --lora_alpha must be positive, got 0",
@@ -216,10 +218,14 @@ def test_every_method_conflict_is_reported_at_once_before_loading(
 def test_quantised_options_pass_where_cuda_and_bitsandbytes_exist(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import fitwhisper.precision as precision
     import fitwhisper.train as train_module
 
     for module in (methods, train_module):
         monkeypatch.setattr(module, "_cuda_available", lambda: True)
+    ampere = {"cuda": True, "bf16_supported": True}
+    for module in (precision, train_module):
+        monkeypatch.setattr(module, "hardware", lambda: ampere)
     monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
     train_cfg = TrainConfig(train_manifest="t.jsonl", bf16=True, optim="adamw_8bit")
     validate(ModelConfig(use_4bit=True), DataConfig(), train_cfg)  # no error

@@ -125,9 +125,7 @@ def load_processor(spec: str | Path, **kwargs):
     from transformers import WhisperProcessor
 
     resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
-    if resolved.adapter is not None and all(
-        (resolved.adapter / f).is_file() for f in ("preprocessor_config.json", "tokenizer.json")
-    ):
+    if resolved.adapter is not None and has_processor(resolved.adapter):
         # A LoRA run's final/ holds its processor beside the adapter; it wins over the base's.
         # (Trainer checkpoints hold only the feature extractor: those use the base's.)
         return WhisperProcessor.from_pretrained(resolved.adapter)
@@ -221,6 +219,15 @@ def _converted_ct2(path: Path) -> Path:
         stamp,
         lambda out: import_ct2(path, out, overwrite=True),
         what=f"CTranslate2 model {path}",
+    )
+
+
+def has_processor(folder: Path) -> bool:
+    """Whether a folder holds a whole WhisperProcessor: a tokenizer and the feature
+    extractor's config (transformers 5 writes that into processor_config.json, earlier
+    versions into preprocessor_config.json)."""
+    return (folder / "tokenizer.json").is_file() and any(
+        (folder / f).is_file() for f in ("processor_config.json", "preprocessor_config.json")
     )
 
 
