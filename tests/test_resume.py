@@ -192,3 +192,28 @@ def test_overwrite_output_dir_clears_an_earlier_run(tmp_path: Path) -> None:
     assert _prepare_output_dir(tmp_path, cfg, {}) is None
     assert checkpoints(tmp_path) == [] and not list((tmp_path / "logs").iterdir())
     assert (tmp_path / "final").is_dir()  # replaced by the new run's when it ends
+
+
+def test_lora_run_resumes_to_the_losses_of_an_uninterrupted_run(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+) -> None:
+    # Trainer checkpoints of a PeftModel hold the adapter only; resuming must restore it
+    # with optimizer, scheduler and data position, as for a full model. The "crash" here is
+    # a removed last checkpoint (the SIGKILL path is the test above).
+    out = tmp_path / "run"
+    argv = _train_argv(tiny_whisper_dir, tone_manifest, out, "--use_lora", "--lora_r", "4")
+    argv += ["--per_device_train_batch_size", "2", "--max_steps", "4"]
+    assert main(argv) == 0
+    assert (out / "checkpoint-2" / "adapter_model.safetensors").is_file()
+    uninterrupted = _losses(out)
+    assert sorted(uninterrupted) == [1, 2, 3, 4]
+
+    import shutil
+
+    shutil.rmtree(out / "checkpoint-4")
+    shutil.rmtree(out / "final")
+    assert main([*argv, "--resume"]) == 0
+    resumed = _losses(out)
+    assert sorted(resumed) == [1, 2, 3, 4]
+    assert {s: resumed[s] for s in (3, 4)} == {s: uninterrupted[s] for s in (3, 4)}
+    assert (out / "final" / "adapter_config.json").is_file()
