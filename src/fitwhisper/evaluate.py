@@ -461,7 +461,7 @@ def checked_rows(
         language_column=cfg.language_column,
     )
     report = check_manifest(manifest, cfg, tokenizer=processor.tokenizer)
-    rows = select(apply_bad_row_policy(report, cfg), max_samples)
+    rows = select(apply_bad_row_policy(report, cfg, purpose="scoring"), max_samples)
     skipped = tuple(
         f"{r.where} {'; '.join(f'{p.kind} ({p.detail})' for p in r.problems)}"
         for r in report.bad_rows()

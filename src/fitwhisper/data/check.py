@@ -190,7 +190,10 @@ def check_manifest(
 
 
 def apply_bad_row_policy(
-    report: CheckReport, data_cfg: DataConfig, report_path: str | Path | None = None
+    report: CheckReport,
+    data_cfg: DataConfig,
+    report_path: str | Path | None = None,
+    purpose: str = "training",
 ) -> list[Row]:
     """The rows to use, by `data_cfg.bad_rows`.
 
@@ -212,7 +215,7 @@ def apply_bad_row_policy(
         if len(bad) > 5:
             shown.append(f"  ... and {len(bad) - 5:,} more")
         raise DataError(
-            f"{len(bad):,} of {len(report.rows):,} rows of {name} are unfit for training "
+            f"{len(bad):,} of {len(report.rows):,} rows of {name} are unfit for {purpose} "
             f"({summary}):\n" + "\n".join(shown),
             hint=f"fix those rows, or pass --bad_rows skip to leave them out (counted), or run "
             f"`fitwhisper check-data {name}` to list them all{see}",
