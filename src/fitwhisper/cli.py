@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_train,
         _add_evaluate,
         _add_merge,
+        _add_plan,
     ]
     for add in adders:
         add(sub, common)
@@ -587,4 +588,116 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     r = merge_adapter(args.adapter, args.out, overwrite=args.force)
     print(f"merged {r.adapter} into its base {r.base} ({r.n_params / 1e6:.2f}M params)")
     print(f"  wrote  {r.out}  (loads with from_pretrained, or --model {r.out})")
+    return 0
+
+
+# --- plan -------------------------------------------------------------------------------
+
+
+def _add_plan(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from dataclasses import fields
+
+    from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+
+    p = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="Predict the GPU memory a training configuration needs, before downloading it.",
+        description="Predicts the peak device memory of one training step, broken down into "
+        "weights, gradients, optimizer states, activations and fixed overheads. Weights, "
+        "gradients and optimizer states are exact byte counts of the model built without "
+        "weights; activations come from tracing one real training step on fake tensors at "
+        "the exact batch, lengths and settings. The standard Whisper sizes and Breeze-ASR-25 "
+        "need no download.",
+    )
+    f = {
+        x.name: x for cls in (DataConfig, ModelConfig, TrainConfig) for x in fields(cls)
+    }  # help text shared with `train`
+
+    def helped(name: str) -> str:
+        return f[name].metadata["help"]
+
+    p.add_argument("--model", default=f["model"].default, help=helped("model"))
+    p.add_argument(
+        "--per_device_train_batch_size",
+        type=int,
+        default=f["per_device_train_batch_size"].default,
+        help=helped("per_device_train_batch_size"),
+    )
+    for name in ("gradient_checkpointing", "fp16", "bf16", "freeze_encoder"):
+        p.add_argument(f"--{name}", action="store_true", help=helped(name))
+    p.add_argument("--use_lora", action="store_true", help="Train LoRA adapters only (peft).")
+    p.add_argument("--lora_r", type=int, default=32, help="LoRA rank (default: 32).")
+    p.add_argument(
+        "--lora_target_modules",
+        default="q_proj,v_proj",
+        help="Comma-separated module names LoRA adapts (default: q_proj,v_proj).",
+    )
+    p.add_argument("--lora_dropout", type=float, default=0.05, help="LoRA dropout (default: 0.05).")
+    p.add_argument(
+        "--use_8bit", action="store_true", help="8-bit (bitsandbytes int8) base model + LoRA."
+    )
+    p.add_argument(
+        "--use_4bit", action="store_true", help="4-bit (bitsandbytes nf4) base model + LoRA."
+    )
+    p.add_argument(
+        "--optim",
+        choices=("adamw_torch", "adamw_torch_fused", "adamw_8bit", "adafactor"),
+        default="adamw_torch",
+        help="Optimizer (default: adamw_torch).",
+    )
+    p.add_argument(
+        "--max_audio_len", type=float, default=f["max_audio_len"].default,
+        help=helped("max_audio_len"),
+    )  # fmt: skip
+    p.add_argument(
+        "--max_label_tokens",
+        type=int,
+        default=f["max_label_tokens"].default,
+        help=helped("max_label_tokens") + " Batches are padded to their longest transcript, "
+        "so this is the worst case.",
+    )
+    p.add_argument(
+        "--attn_implementation",
+        choices=("sdpa", "eager"),
+        default="sdpa",
+        help="Attention kernel training uses (default: sdpa, transformers' choice); eager "
+        "stores every attention matrix.",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="Device to plan for (default: cuda); cpu predicts tensor bytes on a CPU run.",
+    )
+    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from fitwhisper.errors import ConfigError
+    from fitwhisper.memory.predict import MemoryRequest, predict_memory
+
+    if args.fp16 and args.bf16:
+        raise ConfigError("--fp16 and --bf16 are both set", hint="pick one")
+    request = MemoryRequest(
+        model=args.model,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        precision="fp16" if args.fp16 else "bf16" if args.bf16 else "fp32",
+        optim=args.optim,
+        gradient_checkpointing=args.gradient_checkpointing,
+        freeze_encoder=args.freeze_encoder,
+        use_lora=args.use_lora,
+        lora_r=args.lora_r,
+        lora_target_modules=tuple(m.strip() for m in args.lora_target_modules.split(",") if m),
+        lora_dropout=args.lora_dropout,
+        use_8bit=args.use_8bit,
+        use_4bit=args.use_4bit,
+        max_audio_len=args.max_audio_len,
+        max_label_tokens=args.max_label_tokens,
+        attn_implementation=args.attn_implementation,
+        device=args.device,
+    )
+    prediction = predict_memory(request)
+    print(prediction.to_json() if args.json else prediction.format_table())
     return 0
