@@ -324,9 +324,10 @@ def evaluate_model(
     """
     import torch
     from torch.utils.data import Subset
-    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+    from transformers import Seq2SeqTrainingArguments
 
     from fitwhisper.data.features import WhisperCollator
+    from fitwhisper.memory.backoff import BackoffTrainer
 
     chosen_metric, norm = make_scorer(language, metric, normalizer, opencc)
     collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
@@ -344,7 +345,8 @@ def evaluate_model(
             disable_tqdm=True,
             dataloader_pin_memory=torch.cuda.is_available(),
         )
-        trainer = Seq2SeqTrainer(
+        # Halves the generation batch on OOM (backoff.py).
+        trainer = BackoffTrainer(
             model=model,
             args=args,
             data_collator=collator,

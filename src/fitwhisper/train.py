@@ -65,10 +65,10 @@ def train(
         DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
         ModelLoadError: the model cannot be resolved.
     """
-    from transformers import Seq2SeqTrainer
-
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
+    from fitwhisper.memory.backoff import BackoffTrainer, plan_hint, release_memory
+    from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model, load_processor
@@ -129,7 +129,8 @@ def train(
     )
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
-    trainer = Seq2SeqTrainer(
+    # Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch (backoff.py).
+    trainer = BackoffTrainer(
         model=model,
         args=args,
         data_collator=collator,
@@ -139,8 +140,17 @@ def train(
         # and loads as a model anywhere.
         processing_class=processor,
         compute_metrics=compute_metrics,
+        plan_hint=plan_hint(
+            model_cfg.model,
+            gradient_checkpointing=train_cfg.gradient_checkpointing,
+            use_lora=model_cfg.use_lora,
+            fp16=args.fp16,
+            bf16=args.bf16,
+            max_audio_len=data_cfg.max_audio_len,
+        ),
         callbacks=[
             checkpoint_marker(run_fingerprint),
+            MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds
             *_logging_callbacks(train_cfg, out, resumed_step),
             *_early_stopping(train_cfg),
             *callbacks,
@@ -156,9 +166,12 @@ def train(
     trainer.save_model(str(final_dir))
     finish_final_dir(final_dir, trainer.model, processor, model_spec=model_cfg.model)
 
-    # 6. Score the final model on the held-out clips by generation.
+    # 6. Score the final model on the held-out clips by generation, after handing back what
+    #    only training needed (gradients, optimizer states) so generation has the memory.
     eval_metrics: dict[str, float] = {}
     if eval_ds is not None:
+        _free_training_memory(trainer)
+        release_memory()
         from fitwhisper.evaluate import evaluate_model
 
         res = evaluate_model(
@@ -197,6 +210,13 @@ def train(
             else None
         ),
     )
+
+
+def _free_training_memory(trainer) -> None:
+    """Drop gradients and optimizer states once the model is saved (SPEC M5)."""
+    trainer.model.zero_grad(set_to_none=True)
+    if trainer.optimizer is not None:
+        trainer.optimizer.state.clear()
 
 
 def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig) -> None:

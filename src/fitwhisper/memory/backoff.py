@@ -1,0 +1,274 @@
+"""Survive a CUDA out-of-memory error in training and evaluation (SPEC M4, M5).
+
+`fitwhisper train` and `fitwhisper evaluate` use `BackoffTrainer` in place of
+`Seq2SeqTrainer`. When a training step runs out of memory it releases memory, halves the
+per-device batch, doubles the gradient accumulation (the effective batch stays the same)
+and retries the same step; evaluation halves its generation batch the same way. Below a
+batch of 1 it stops with `fitwhisper.errors.OutOfMemoryError`, naming a plan that fits.
+
+Why in-step micro-batches and not a restart: Trainer owns the loop, and neither of its own
+answers keeps the run intact. `auto_find_batch_size` (accelerate's
+`find_executable_batch_size`) restarts `train()` from step 0 with a smaller batch and the
+same accumulation, so the effective batch shrinks and the steps already done are redone;
+restarting from the newest checkpoint loses the steps since it (and there may be none).
+Here `training_step` gets the dataloader's batch as before and, after an OOM, runs it as
+`split` micro-batches whose gradients add up to the whole batch's: the same step, the same
+samples in the same order, the same optimizer steps, schedule and effective batch. The
+dataloader keeps its batch size, so resuming from a checkpoint stays consistent; the
+run starts again at the configured batch and backs off again if it must.
+
+Exactness: each micro-batch's loss is weighted by its share of the batch's label tokens,
+so the summed gradient equals the whole batch's (Whisper's loss is a token mean). An OOM
+in the forward pass leaves no gradients behind. One in the backward pass may have added
+part of the failed micro-batch's gradients: when the step had none before, they are
+cleared and the retry is exact; otherwise a warning says the step's gradient is off by
+that partial micro-batch.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from typing import Any
+
+import torch
+from transformers import Seq2SeqTrainer
+
+from fitwhisper.errors import OutOfMemoryError
+
+log = logging.getLogger(__name__)
+
+
+def release_memory() -> None:
+    """Drop unreachable tensors and hand the allocator's cached blocks back to the driver."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def is_oom(e: BaseException) -> bool:
+    """torch's OutOfMemoryError, or the RuntimeError some kernels (cuDNN, cuBLAS) raise."""
+    if isinstance(e, torch.OutOfMemoryError):
+        return True
+    return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
+class BackoffTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer whose training and evaluation steps halve their batch on OOM.
+
+    `plan_hint` names the `fitwhisper plan` command to suggest when even a batch of 1
+    does not fit.
+    """
+
+    def __init__(self, *args: Any, plan_hint: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan_hint = plan_hint
+        self.train_split = 1  # micro-batches per dataloader batch in training
+        self.eval_split = 1  # chunks per batch in evaluation/generation
+        self.backoff_events: list[dict[str, int]] = []  # what changed, for reports and tests
+        self._forward_done = False
+        self._loss_weight = 1.0
+
+    # --- training -------------------------------------------------------------------------
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        batch = _batch_size(inputs)
+        while True:
+            grads_were_empty = _grads_empty(model)
+            self._forward_done = False
+            try:
+                return self._split_training_step(model, inputs, num_items_in_batch)
+            except Exception as e:
+                if not is_oom(e):
+                    raise
+                in_backward = self._forward_done
+                del e  # the traceback holds the failed step's tensors
+                if in_backward:
+                    if grads_were_empty:
+                        model.zero_grad(set_to_none=True)
+                    else:
+                        log.warning(
+                            "out of memory in the backward pass of step %d: this step's "
+                            "gradient keeps part of the failed micro-batch's",
+                            self.state.global_step + 1,
+                        )
+                release_memory()
+                self._back_off_training(batch)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._forward_done = True  # an OOM from here on is in the backward pass
+        if self._loss_weight != 1.0:
+            if return_outputs:
+                return out[0] * self._loss_weight, out[1]
+            return out * self._loss_weight
+        return out
+
+    def _split_training_step(self, model, inputs, num_items_in_batch):
+        if self.train_split == 1:
+            return super().training_step(model, inputs, num_items_in_batch)
+        chunks = _split(inputs, self.train_split)
+        tokens = [_label_tokens(c) for c in chunks]
+        total = max(sum(tokens), 1)
+        loss = None
+        try:
+            for chunk, n in zip(chunks, tokens, strict=True):
+                # Whisper's loss is a token mean per call (it ignores num_items_in_batch), so
+                # each chunk's loss counts by its share of the batch's label tokens.
+                self._loss_weight = n / total
+                part = super().training_step(model, chunk, num_items_in_batch)
+                loss = part if loss is None else loss + part
+        finally:
+            self._loss_weight = 1.0
+        return loss
+
+    def _back_off_training(self, batch: int) -> None:
+        old_micro = -(-batch // self.train_split)
+        if old_micro <= 1:
+            raise self._no_fit_error("training", old_micro)
+        self.train_split *= 2
+        new_micro = -(-batch // self.train_split)
+        ga = self.args.gradient_accumulation_steps
+        processes = max(self.args.world_size, 1)
+        event = {
+            "step": self.state.global_step + 1,
+            "per_device_train_batch_size": new_micro,
+            "gradient_accumulation_steps": ga * self.train_split,
+            "effective_batch": batch * ga * processes,
+        }
+        self.backoff_events.append({"phase": "train", **event})  # type: ignore[dict-item]
+        log.warning(
+            "out of memory at step %d with per-device batch %d: now per-device batch %d x "
+            "gradient accumulation %d (was %d x %d); effective batch %d unchanged; "
+            "retrying the step",
+            event["step"],
+            old_micro,
+            new_micro,
+            event["gradient_accumulation_steps"],
+            old_micro,
+            ga * self.train_split // 2,
+            event["effective_batch"],
+        )
+
+    # --- evaluation -----------------------------------------------------------------------
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        batch = _batch_size(inputs)
+        while True:
+            try:
+                return self._split_prediction_step(
+                    model, inputs, prediction_loss_only, ignore_keys, gen_kwargs
+                )
+            except Exception as e:
+                if not is_oom(e):
+                    raise
+                del e
+                release_memory()
+                old = -(-batch // self.eval_split)
+                if old <= 1:
+                    raise self._no_fit_error("evaluation", old) from None
+                self.eval_split *= 2
+                new = -(-batch // self.eval_split)
+                self.backoff_events.append(
+                    {"phase": "eval", "step": self.state.global_step, "eval_batch_size": new}  # type: ignore[dict-item]
+                )
+                log.warning(
+                    "out of memory in evaluation with batch %d: generating in batches of %d",
+                    old,
+                    new,
+                )
+
+    def _split_prediction_step(self, model, inputs, prediction_loss_only, ignore_keys, gen_kwargs):
+        step = super().prediction_step
+        if self.eval_split == 1:
+            return step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        parts = [
+            step(model, c, prediction_loss_only, ignore_keys=ignore_keys, **dict(gen_kwargs))
+            for c in _split(inputs, self.eval_split)
+        ]
+        sizes = [_batch_size(c) for c in _split(inputs, self.eval_split)]
+        losses = [p[0] for p in parts]
+        loss = None
+        if all(x is not None for x in losses):
+            # Trainer averages batch losses weighted by batch size; so do the chunks.
+            loss = sum(x * n for x, n in zip(losses, sizes, strict=True)) / sum(sizes)
+        return (
+            loss,
+            self._cat_padded([p[1] for p in parts]),
+            self._cat_padded([p[2] for p in parts]),
+        )
+
+    def _cat_padded(self, tensors: list) -> torch.Tensor | None:
+        if any(t is None for t in tensors):
+            return None
+        width = max(t.shape[-1] for t in tensors)
+        return torch.cat([self._pad_tensors_to_max_len(t, width) for t in tensors])
+
+    # --- giving up ------------------------------------------------------------------------
+
+    def _no_fit_error(self, phase: str, batch: int) -> OutOfMemoryError:
+        free = ""
+        if torch.cuda.is_available():
+            total = torch.cuda.get_device_properties(0).total_memory
+            free = f" on this {total / 2**30:.0f} GiB GPU"
+        return OutOfMemoryError(
+            f"out of memory in {phase} with a batch of {batch}{free}: even one clip "
+            "does not fit with these settings",
+            hint=(self.plan_hint or "run `fitwhisper plan` to find settings that fit")
+            + "; LoRA (--use_lora), --use_8bit, --gradient_checkpointing, fp16/bf16 or a "
+            "smaller model need less memory"
+            + ("" if phase == "training" else "; a lower --generation_max_length helps too"),
+        )
+
+
+def plan_hint(model: str, *, gradient_checkpointing: bool, use_lora: bool, fp16: bool,
+              bf16: bool, max_audio_len: float) -> str:  # fmt: skip
+    """The `fitwhisper plan` command that sizes a run like this one, with the predicted peak
+    at batch 1 and this GPU's memory when they can be had."""
+    flags = [f"--model {model}", "--per_device_train_batch_size 1"]
+    flags += [f"--{n}" for n, on in (("gradient_checkpointing", gradient_checkpointing),
+              ("use_lora", use_lora), ("fp16", fp16), ("bf16", bf16)) if on]  # fmt: skip
+    flags.append(f"--max_audio_len {max_audio_len:g}")
+    hint = "`fitwhisper plan " + " ".join(flags) + "`"
+    if torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(0).total_memory / 2**30
+        hint += f" shows what batch 1 needs against this GPU's {total:.1f} GiB"
+    return "run " + hint
+
+
+# --- batches ------------------------------------------------------------------------------
+
+
+def _batch_size(inputs: dict[str, Any]) -> int:
+    for v in inputs.values():
+        if isinstance(v, torch.Tensor) and v.dim() > 0:
+            return v.shape[0]
+    return 1
+
+
+def _split(inputs: dict[str, Any], parts: int) -> list[dict[str, Any]]:
+    """`inputs` cut along the batch into at most `parts` chunks (fewer when the batch is small)."""
+    n = _batch_size(inputs)
+    size = -(-n // parts)
+    chunks = []
+    for start in range(0, n, size):
+        chunks.append(
+            {
+                k: v[start : start + size]
+                if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n
+                else v
+                for k, v in inputs.items()
+            }
+        )
+    return chunks
+
+
+def _label_tokens(inputs: dict[str, Any]) -> int:
+    labels = inputs.get("labels")
+    if not isinstance(labels, torch.Tensor):
+        return _batch_size(inputs)
+    return int(labels.ne(-100).sum())
+
+
+def _grads_empty(model: torch.nn.Module) -> bool:
+    return all(p.grad is None for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,178 @@
+"""OOM back-off (SPEC M4, M5; issue 4 acceptance 3): an out-of-memory error injected at a
+chosen step makes training go on with half the batch and twice the accumulation, the same
+effective batch, the same steps and samples, and the same result."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback, WhisperForConditionalGeneration
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.errors import OutOfMemoryError
+from fitwhisper.memory.backoff import _split, is_oom
+from fitwhisper.train import train
+
+
+class _FakeGpu:
+    """Patches Whisper's forward to raise torch.OutOfMemoryError for batches above
+    `fits` once the run reaches `from_step` (training) or in evaluation when `in_eval`.
+    Records the batch size of every forward that went through."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fits: int, from_step: int | None,
+                 in_eval: bool = False) -> None:  # fmt: skip
+        self.fits, self.from_step, self.in_eval = fits, from_step, in_eval
+        self.armed = False
+        self.train_batches: list[int] = []
+        self.ooms = 0
+        real = WhisperForConditionalGeneration.forward
+        fake = self
+
+        @functools.wraps(real)  # generate() checks its kwargs against forward's signature
+        def forward(model, *args, **kwargs):
+            n = _batch_of(kwargs)
+            tight = (fake.armed and model.training) or (fake.in_eval and not model.training)
+            if tight and n > fake.fits:
+                fake.ooms += 1
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            if model.training:
+                fake.train_batches.append(n)
+            return real(model, *args, **kwargs)
+
+        monkeypatch.setattr(WhisperForConditionalGeneration, "forward", forward)
+
+        class _Arm(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                if fake.from_step is not None and state.global_step + 1 >= fake.from_step:
+                    fake.armed = True
+
+        self.callback = _Arm()
+
+
+def _batch_of(kwargs: dict) -> int:
+    # Generation runs the encoder on its own and the decoder through forward.
+    for key in ("input_features", "decoder_input_ids", "labels"):
+        if kwargs.get(key) is not None:
+            return kwargs[key].shape[0]
+    return 0
+
+
+class _Losses(TrainerCallback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+
+
+def _run(model_dir: Path, manifest: Path, out: Path, callbacks: tuple, **overrides):
+    cfg = dict(
+        output_dir=str(out),
+        train_manifest=str(manifest),
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        warmup_steps=0,
+        max_steps=5,
+        logging_steps=1,
+        eval_strategy="no",
+        save_strategy="no",
+        report_to="none",
+        generation_max_length=16,
+        seed=0,
+    )
+    cfg.update(overrides)
+    return train(ModelConfig(model=str(model_dir)), DataConfig(), TrainConfig(**cfg),
+                 callbacks=callbacks)  # fmt: skip
+
+
+def test_oom_at_step_3_halves_batch_doubles_accumulation_and_finishes(
+    tiny_whisper_dir: Path,
+    tone_manifest: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Reference: the same run on a device with room for every batch.
+    plain = _FakeGpu(monkeypatch, fits=99, from_step=None)
+    ref_losses = _Losses()
+    ref = _run(tiny_whisper_dir, tone_manifest, tmp_path / "ref", (plain.callback, ref_losses))
+    monkeypatch.undo()
+
+    # From step 3 on, only 2 clips fit: batch 3 -> micro-batches of 2 (+1), accumulation 4.
+    gpu = _FakeGpu(monkeypatch, fits=2, from_step=3)
+    losses = _Losses()
+    with caplog.at_level(logging.WARNING, logger="fitwhisper.memory.backoff"):
+        res = _run(tiny_whisper_dir, tone_manifest, tmp_path / "oom", (gpu.callback, losses))
+
+    assert gpu.ooms == 1  # once split, the later steps fit at once
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert "out of memory at step 3 with per-device batch 3" in msg
+    assert "now per-device batch 2 x gradient accumulation 4 (was 3 x 2)" in msg
+    assert "effective batch 6 unchanged" in msg
+    # Same optimizer steps, same samples: 5 steps x 2 batches x 3 clips.
+    assert res.global_step == ref.global_step == 5
+    assert sum(gpu.train_batches) == sum(plain.train_batches) == 5 * 2 * 3
+    assert gpu.train_batches[:4] == [3, 3, 3, 3]  # steps 1-2 at the configured batch
+    assert max(gpu.train_batches[4:]) == 2  # steps 3-5 in micro-batches
+    # The micro-batch gradients add up to the whole batch's: the run learns the same.
+    assert losses.losses == pytest.approx(ref_losses.losses, rel=1e-4)
+
+
+def test_below_batch_1_stops_with_a_plan(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu = _FakeGpu(monkeypatch, fits=0, from_step=2)
+    with pytest.raises(OutOfMemoryError) as err:
+        _run(tiny_whisper_dir, tone_manifest, tmp_path / "run", (gpu.callback,), max_steps=3)
+    assert "batch of 1" in err.value.message
+    assert "fitwhisper plan --model" in err.value.hint
+    assert "--per_device_train_batch_size 1" in err.value.hint
+    assert gpu.ooms == 3  # 3 -> 2 -> 1 -> gives up
+
+
+def test_evaluation_halves_its_generation_batch(
+    tiny_whisper_dir: Path,
+    tone_manifest: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from fitwhisper.data.features import SpeechDataset
+    from fitwhisper.data.manifest import load_manifest
+    from fitwhisper.evaluate import evaluate_model
+    from fitwhisper.models.generation import configure_generation
+    from fitwhisper.models.resolve import load_model, load_processor
+
+    processor = load_processor(str(tiny_whisper_dir))
+    model = load_model(str(tiny_whisper_dir))
+    configure_generation(model, None, "transcribe")
+    rows = load_manifest(tone_manifest).rows
+    ds = SpeechDataset(rows, processor, language=None, task="transcribe")
+    texts, ids = [r.text for r in rows], [r.id for r in rows]
+    ref = evaluate_model(model, processor, ds, texts, ids, language="en", batch_size=6,
+                         generation_max_length=8)  # fmt: skip
+
+    gpu = _FakeGpu(monkeypatch, fits=2, from_step=None, in_eval=True)
+    with caplog.at_level(logging.WARNING, logger="fitwhisper.memory.backoff"):
+        res = evaluate_model(model, processor, ds, texts, ids, language="en", batch_size=6,
+                             generation_max_length=8)  # fmt: skip
+    assert gpu.ooms >= 1
+    assert "out of memory in evaluation with batch 6: generating in batches of 3" in caplog.text
+    assert "generating in batches of 2" in caplog.text
+    assert res.hypotheses == ref.hypotheses
+
+
+def test_split_cuts_every_batch_tensor_and_keeps_the_rest() -> None:
+    inputs = {"input_features": torch.zeros(5, 2), "labels": torch.ones(5, 3), "flag": 1}
+    parts = _split(inputs, 2)
+    assert [p["input_features"].shape[0] for p in parts] == [3, 2]
+    assert torch.equal(torch.cat([p["labels"] for p in parts]), inputs["labels"])
+    assert all(p["flag"] == 1 for p in parts)
+    assert is_oom(RuntimeError("CUDA error: out of memory"))
+    assert not is_oom(RuntimeError("shape mismatch"))
