@@ -119,21 +119,39 @@ def test_parse_nvidia_smi() -> None:
     assert parse_nvidia_smi("") == ()
 
 
-def test_real_predictions_are_cached_on_disk(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_models_are_traced_once_and_cached(
+    small_config_dir, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from fitwhisper.memory import doctor as doctor_mod
     from fitwhisper.memory.predict import predict_memory
 
     monkeypatch.setenv("FITWHISPER_CACHE", str(tmp_path))
     monkeypatch.setattr(doctor_mod, "METHODS", {"LoRA": {"use_lora": True}})  # one trace
-    first = doctor(_facts(6.0), models=["openai/whisper-tiny"])
+    model = str(small_config_dir)  # not in the shipped table
+    first = doctor(_facts(6.0), models=[model])
     assert list(tmp_path.glob("doctor/predictions-*.json"))
-    lora = next(r for r in first["verdicts"] if r["method"] == "LoRA")
-    expected = predict_memory(model="openai/whisper-tiny", precision="bf16", use_lora=True,
+    expected = predict_memory(model=model, precision="bf16", use_lora=True,
                               **doctor_mod.VERDICT_SETTINGS)  # fmt: skip
-    assert lora["predicted_bytes"] == expected.total_bytes
+    assert first["verdicts"][0]["predicted_bytes"] == expected.total_bytes
 
     def no_tracing(*a, **k):
         raise AssertionError("a cached prediction was traced again")
 
     monkeypatch.setattr("fitwhisper.memory.predict.predict_memory", no_tracing)
-    assert doctor(_facts(6.0), models=["openai/whisper-tiny"])["verdicts"] == first["verdicts"]
+    assert doctor(_facts(6.0), models=[model])["verdicts"] == first["verdicts"]
+
+
+def test_shipped_table_covers_the_table_and_matches_the_predictor() -> None:
+    """Regenerate with `python -m fitwhisper.memory.doctor` when this fails."""
+    from fitwhisper.memory.doctor import MODELS, VERDICT_SETTINGS, _key, _shipped_table
+    from fitwhisper.memory.predict import predict_memory
+
+    shipped = _shipped_table()["predictions"]
+    for precision in ("bf16", "fp16"):
+        for model in MODELS:
+            for flags in METHODS.values():
+                assert _key(model, {"precision": precision, **VERDICT_SETTINGS, **flags}) in shipped
+    # Spot checks against the predictor as it is now (the cheap rows; each traces once).
+    for model, flags in (("openai/whisper-tiny", {}), ("openai/whisper-base", {"use_lora": True})):
+        fields = {"precision": "fp16", **VERDICT_SETTINGS, **flags}
+        assert shipped[_key(model, fields)] == predict_memory(model=model, **fields).total_bytes
