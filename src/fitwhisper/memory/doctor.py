@@ -194,7 +194,9 @@ def format_report(report: dict[str, Any]) -> str:
             + (f", {avail / GIB:.1f} GiB available" if avail is not None else "")
         )
     procs = report["gpu_processes"]
-    if procs is None:
+    if not gpus:
+        pass  # nothing to hold memory on
+    elif procs is None:
         out.append(f"processes on the GPU: cannot see them ({report['process_source']})")
     elif not procs:
         out.append(f"processes on the GPU: none ({report['process_source']})")
