@@ -67,7 +67,7 @@ def train(
     """
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
-    from fitwhisper.memory.backoff import BackoffTrainer, plan_hint, release_memory
+    from fitwhisper.memory.backoff import BackoffTrainer, release_memory
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
@@ -140,14 +140,7 @@ def train(
         # and loads as a model anywhere.
         processing_class=processor,
         compute_metrics=compute_metrics,
-        plan_hint=plan_hint(
-            model_cfg.model,
-            gradient_checkpointing=train_cfg.gradient_checkpointing,
-            use_lora=model_cfg.use_lora,
-            fp16=args.fp16,
-            bf16=args.bf16,
-            max_audio_len=data_cfg.max_audio_len,
-        ),
+        memory_request=_memory_request(model_cfg, data_cfg, train_cfg, args),
         callbacks=[
             checkpoint_marker(run_fingerprint),
             MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds
@@ -210,6 +203,24 @@ def train(
             else None
         ),
     )
+
+
+def _memory_request(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig, args):
+    """This run as `predict_memory` fields, for the message when not even one clip fits."""
+    request = {
+        "model": model_cfg.model,
+        "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        "gradient_checkpointing": cfg.gradient_checkpointing,
+        "freeze_encoder": model_cfg.freeze_encoder,
+        "use_lora": model_cfg.use_lora,
+        "lora_r": model_cfg.lora_r,
+        "use_8bit": model_cfg.use_8bit,
+        "use_4bit": model_cfg.use_4bit,
+        "max_audio_len": data_cfg.max_audio_len,
+    }
+    if cfg.optim in ("adamw_torch", "adamw_torch_fused", "adafactor"):
+        request["optim"] = cfg.optim
+    return request
 
 
 def _free_training_memory(trainer) -> None:

@@ -38,6 +38,8 @@ from fitwhisper.errors import OutOfMemoryError
 
 log = logging.getLogger(__name__)
 
+GIB = 2**30
+
 
 def release_memory() -> None:
     """Drop unreachable tensors and hand the allocator's cached blocks back to the driver."""
@@ -56,13 +58,16 @@ def is_oom(e: BaseException) -> bool:
 class BackoffTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer whose training and evaluation steps halve their batch on OOM.
 
-    `plan_hint` names the `fitwhisper plan` command to suggest when even a batch of 1
-    does not fit.
+    `memory_request` (MemoryRequest fields of this run) lets the error that ends a run
+    which cannot fit even one clip name the predicted need and the `fitwhisper plan`
+    command to run.
     """
 
-    def __init__(self, *args: Any, plan_hint: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, memory_request: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.plan_hint = plan_hint
+        self.memory_request = memory_request
         self.train_split = 1  # micro-batches per dataloader batch in training
         self.eval_split = 1  # chunks per batch in evaluation/generation
         self.backoff_events: list[dict[str, int]] = []  # what changed, for reports and tests
@@ -207,36 +212,57 @@ class BackoffTrainer(Seq2SeqTrainer):
     # --- giving up ------------------------------------------------------------------------
 
     def _no_fit_error(self, phase: str, batch: int) -> OutOfMemoryError:
-        free = ""
+        where = ""
         if torch.cuda.is_available():
-            total = torch.cuda.get_device_properties(0).total_memory
-            free = f" on this {total / 2**30:.0f} GiB GPU"
-        return OutOfMemoryError(
-            f"out of memory in {phase} with a batch of {batch}{free}: even one clip "
-            "does not fit with these settings",
-            hint=(self.plan_hint or "run `fitwhisper plan` to find settings that fit")
-            + "; LoRA (--use_lora), --use_8bit, --gradient_checkpointing, fp16/bf16 or a "
-            "smaller model need less memory"
-            + ("" if phase == "training" else "; a lower --generation_max_length helps too"),
+            free, total = torch.cuda.mem_get_info()
+            where = f" on this GPU ({total / GIB:.1f} GiB, {free / GIB:.1f} GiB free now)"
+        message = (
+            f"out of memory in {phase} with a batch of {batch}{where}: even one clip does not "
+            "fit with these settings"
         )
+        hint = "run `fitwhisper plan` to find settings that fit"
+        if self.memory_request:
+            need = _predicted_total(self.memory_request)
+            if need is not None:
+                message += (
+                    f"; the predicted peak of a training step at batch 1 is {need / GIB:.1f} GiB"
+                )
+            hint = f"`{plan_command(self.memory_request)}` shows where that memory goes"
+        hint += (
+            "; LoRA (--use_lora), --use_8bit or --use_4bit, --gradient_checkpointing, "
+            "fp16/bf16 or a smaller model need less"
+            + ("" if phase == "training" else "; a lower --generation_max_length helps too")
+        )
+        return OutOfMemoryError(message, hint=hint)
 
 
-def plan_hint(model: str, *, gradient_checkpointing: bool, use_lora: bool, fp16: bool,
-              bf16: bool, max_audio_len: float) -> str:  # fmt: skip
-    """The `fitwhisper plan` command that sizes a run like this one, with the predicted peak
-    at batch 1 and this GPU's memory when they can be had."""
-    flags = [f"--model {model}", "--per_device_train_batch_size 1"]
-    flags += [f"--{n}" for n, on in (("gradient_checkpointing", gradient_checkpointing),
-              ("use_lora", use_lora), ("fp16", fp16), ("bf16", bf16)) if on]  # fmt: skip
-    flags.append(f"--max_audio_len {max_audio_len:g}")
-    hint = "`fitwhisper plan " + " ".join(flags) + "`"
-    if torch.cuda.is_available():
-        total = torch.cuda.get_device_properties(0).total_memory / 2**30
-        hint += f" shows what batch 1 needs against this GPU's {total:.1f} GiB"
-    return "run " + hint
+def plan_command(request: dict[str, Any]) -> str:
+    """The `fitwhisper plan` command for `request` (MemoryRequest fields) at batch 1."""
+    flags = [f"--model {request.get('model', '?')}", "--per_device_train_batch_size 1"]
+    precision = request.get("precision", "fp32")
+    if precision != "fp32":
+        flags.append(f"--{precision}")
+    for name in ("gradient_checkpointing", "freeze_encoder", "use_lora", "use_8bit", "use_4bit"):
+        if request.get(name):
+            flags.append(f"--{name}")
+    if "max_audio_len" in request:
+        flags.append(f"--max_audio_len {request['max_audio_len']:g}")
+    return "fitwhisper plan " + " ".join(flags)
 
 
 # --- batches ------------------------------------------------------------------------------
+
+
+def _predicted_total(request: dict[str, Any]) -> int | None:
+    """predict_memory's total at batch 1 for this run, or None when it cannot say."""
+    from fitwhisper.memory.predict import predict_memory
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return predict_memory(**request, per_device_train_batch_size=1, device=device).total_bytes
+    except Exception as e:  # the message must not fail on an option the predictor lacks
+        log.debug("no prediction for the out-of-memory message: %s", e)
+        return None
 
 
 def _batch_size(inputs: dict[str, Any]) -> int:
