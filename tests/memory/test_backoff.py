@@ -24,8 +24,10 @@ class _FakeGpu:
     Records the batch size of every forward that went through."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, fits: int, from_step: int | None,
-                 in_eval: bool = False) -> None:  # fmt: skip
+                 in_eval: bool = False, fail_calls: frozenset = frozenset()) -> None:  # fmt: skip
         self.fits, self.from_step, self.in_eval = fits, from_step, in_eval
+        self.fail_calls = fail_calls  # training forwards (1-based, failed ones too) that OOM
+        self.calls = 0
         self.armed = False
         self.train_batches: list[int] = []
         self.ooms = 0
@@ -37,8 +39,10 @@ class _FakeGpu:
             n = _batch_of(kwargs)
             if _traced(kwargs):  # the memory predictor's fake-tensor trace: no device memory
                 return real(model, *args, **kwargs)
+            if model.training:
+                fake.calls += 1
             tight = (fake.armed and model.training) or (fake.in_eval and not model.training)
-            if tight and n > fake.fits:
+            if (tight and n > fake.fits) or (model.training and fake.calls in fake.fail_calls):
                 fake.ooms += 1
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             if model.training:
@@ -129,6 +133,28 @@ def test_oom_at_step_3_halves_batch_doubles_accumulation_and_finishes(
     assert gpu.train_batches[:4] == [3, 3, 3, 3]  # steps 1-2 at the configured batch
     assert max(gpu.train_batches[4:]) == 2  # steps 3-5 in micro-batches
     # The micro-batch gradients add up to the whole batch's: the run learns the same.
+    assert losses.losses == pytest.approx(ref_losses.losses, rel=1e-4)
+
+
+def test_an_oom_in_a_later_micro_batch_redoes_only_that_one(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_batch = {"per_device_train_batch_size": 6, "gradient_accumulation_steps": 1,
+                 "max_steps": 4}  # fmt: skip
+    plain = _FakeGpu(monkeypatch, fits=99, from_step=None)
+    ref_losses = _Losses()
+    _run(tiny_whisper_dir, tone_manifest, tmp_path / "ref", (plain.callback, ref_losses),
+         **one_batch)  # fmt: skip
+    monkeypatch.undo()
+
+    # Step 3's batch of 6 fails (call 3), its halves go 3 (ok) and 3 (call 5 fails): only
+    # the second half is redone, as 2 + 1; steps 4 on run as 2 + 2 + 2.
+    gpu = _FakeGpu(monkeypatch, fits=99, from_step=None, fail_calls=frozenset({3, 5}))
+    losses = _Losses()
+    res = _run(tiny_whisper_dir, tone_manifest, tmp_path / "oom", (gpu.callback, losses),
+               **one_batch)  # fmt: skip
+    assert res.global_step == 4
+    assert gpu.train_batches == [6, 6, 3, 2, 1, 2, 2, 2]
     assert losses.losses == pytest.approx(ref_losses.losses, rel=1e-4)
 
 

@@ -78,27 +78,38 @@ class BackoffTrainer(Seq2SeqTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         batch = _batch_size(inputs)
-        while True:
+        total_tokens = _label_tokens(inputs)
+        pending = _split(inputs, self.train_split)
+        loss = None
+        while pending:
+            chunk = pending.pop(0)
             grads_were_empty = _grads_empty(model)
             self._forward_done = False
             try:
-                return self._split_training_step(model, inputs, num_items_in_batch)
+                part = self._weighted_step(model, chunk, num_items_in_batch, total_tokens)
             except Exception as e:
                 if not is_oom(e):
                     raise
                 in_backward = self._forward_done
-                del e  # the traceback holds the failed step's tensors
-                if in_backward:
-                    if grads_were_empty:
-                        model.zero_grad(set_to_none=True)
-                    else:
-                        log.warning(
-                            "out of memory in the backward pass of step %d: this step's "
-                            "gradient keeps part of the failed micro-batch's",
-                            self.state.global_step + 1,
-                        )
-                release_memory()
-                self._back_off_training(batch)
+            else:
+                loss = part if loss is None else loss + part
+                continue
+            # Out of the except block, so the traceback's tensors can be freed.
+            if in_backward:
+                if grads_were_empty:
+                    model.zero_grad(set_to_none=True)
+                else:
+                    log.warning(
+                        "out of memory in the backward pass of step %d: this step's gradient "
+                        "keeps part of the failed micro-batch's",
+                        self.state.global_step + 1,
+                    )
+            release_memory()
+            self._back_off_training(batch, _batch_size(chunk))
+            # Only the failed chunk is redone, cut to the new micro-batch size.
+            size = min(-(-batch // self.train_split), -(-_batch_size(chunk) // 2))
+            pending = _split_size(chunk, size) + pending
+        return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -109,28 +120,21 @@ class BackoffTrainer(Seq2SeqTrainer):
             return out * self._loss_weight
         return out
 
-    def _split_training_step(self, model, inputs, num_items_in_batch):
-        if self.train_split == 1:
-            return super().training_step(model, inputs, num_items_in_batch)
-        chunks = _split(inputs, self.train_split)
-        tokens = [_label_tokens(c) for c in chunks]
-        total = max(sum(tokens), 1)
-        loss = None
+    def _weighted_step(self, model, chunk, num_items_in_batch, total_tokens: int):
+        """Trainer's step on `chunk`, its loss weighted by its share of the batch's label
+        tokens: Whisper's loss is a token mean per call (it ignores num_items_in_batch), so
+        the chunks' gradients then add up to the whole batch's."""
+        n = _label_tokens(chunk)
+        self._loss_weight = 1.0 if n == total_tokens else n / max(total_tokens, 1)
         try:
-            for chunk, n in zip(chunks, tokens, strict=True):
-                # Whisper's loss is a token mean per call (it ignores num_items_in_batch), so
-                # each chunk's loss counts by its share of the batch's label tokens.
-                self._loss_weight = n / total
-                part = super().training_step(model, chunk, num_items_in_batch)
-                loss = part if loss is None else loss + part
+            return super().training_step(model, chunk, num_items_in_batch)
         finally:
             self._loss_weight = 1.0
-        return loss
 
-    def _back_off_training(self, batch: int) -> None:
+    def _back_off_training(self, batch: int, failed: int) -> None:
         old_micro = -(-batch // self.train_split)
-        if old_micro <= 1:
-            raise self._no_fit_error("training", old_micro)
+        if failed <= 1:
+            raise self._no_fit_error("training", failed)
         self.train_split *= 2
         new_micro = -(-batch // self.train_split)
         ga = self.args.gradient_accumulation_steps
@@ -167,21 +171,22 @@ class BackoffTrainer(Seq2SeqTrainer):
             except Exception as e:
                 if not is_oom(e):
                     raise
-                del e
-                release_memory()
-                old = -(-batch // self.eval_split)
-                if old <= 1:
-                    raise self._no_fit_error("evaluation", old) from None
-                self.eval_split *= 2
-                new = -(-batch // self.eval_split)
-                self.backoff_events.append(
-                    {"phase": "eval", "step": self.state.global_step, "eval_batch_size": new}  # type: ignore[dict-item]
-                )
-                log.warning(
-                    "out of memory in evaluation with batch %d: generating in batches of %d",
-                    old,
-                    new,
-                )
+            # Out of the except block, so the traceback's tensors can be freed; generation
+            # has no side effects, so the whole batch is redone in smaller chunks.
+            release_memory()
+            old = -(-batch // self.eval_split)
+            if old <= 1:
+                raise self._no_fit_error("evaluation", old)
+            self.eval_split *= 2
+            new = -(-batch // self.eval_split)
+            self.backoff_events.append(
+                {"phase": "eval", "step": self.state.global_step, "eval_batch_size": new}  # type: ignore[dict-item]
+            )
+            log.warning(
+                "out of memory in evaluation with batch %d: generating in batches of %d",
+                old,
+                new,
+            )
 
     def _split_prediction_step(self, model, inputs, prediction_loss_only, ignore_keys, gen_kwargs):
         step = super().prediction_step
@@ -274,8 +279,14 @@ def _batch_size(inputs: dict[str, Any]) -> int:
 
 def _split(inputs: dict[str, Any], parts: int) -> list[dict[str, Any]]:
     """`inputs` cut along the batch into at most `parts` chunks (fewer when the batch is small)."""
+    return _split_size(inputs, -(-_batch_size(inputs) // parts))
+
+
+def _split_size(inputs: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    """`inputs` cut along the batch into chunks of `size` (the last may be smaller)."""
     n = _batch_size(inputs)
-    size = -(-n // parts)
+    if size >= n:
+        return [inputs]
     chunks = []
     for start in range(0, n, size):
         chunks.append(
