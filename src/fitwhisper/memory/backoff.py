@@ -4,7 +4,8 @@
 `Seq2SeqTrainer`. When a training step runs out of memory it releases memory, halves the
 per-device batch, doubles the gradient accumulation (the effective batch stays the same)
 and retries the same step; evaluation halves its generation batch the same way. Below a
-batch of 1 it stops with `fitwhisper.errors.OutOfMemoryError`, naming a plan that fits.
+batch of 1 it stops with `fitwhisper.errors.OutOfMemoryError`, giving the predicted
+need at batch 1 and the `fitwhisper plan` command for the run.
 
 Why in-step micro-batches and not a restart: Trainer owns the loop, and neither of its own
 answers keeps the run intact. `auto_find_batch_size` (accelerate's
@@ -18,11 +19,17 @@ dataloader keeps its batch size, so resuming from a checkpoint stays consistent;
 run starts again at the configured batch and backs off again if it must.
 
 Exactness: each micro-batch's loss is weighted by its share of the batch's label tokens,
-so the summed gradient equals the whole batch's (Whisper's loss is a token mean). An OOM
-in the forward pass leaves no gradients behind. One in the backward pass may have added
-part of the failed micro-batch's gradients: when the step had none before, they are
-cleared and the retry is exact; otherwise a warning says the step's gradient is off by
-that partial micro-batch.
+so the summed gradient equals the whole batch's (Whisper's loss is a token mean). Only the
+micro-batch that failed is redone; those done before it keep their gradients. An OOM in the
+forward pass leaves no gradients behind. One in the backward pass may have added part of
+the failed micro-batch's gradients: when the optimizer step had none before it, they are
+cleared and the retry is exact; otherwise a warning says the step's gradient keeps that
+partial micro-batch.
+
+Not covered: OOM outside training_step (the optimizer step, gradient clipping, saving),
+where there is no batch to shrink (the first step allocates the optimizer states, whatever
+the batch); the run then stops with torch's error, which
+`fitwhisper.cli` turns into advice.
 """
 
 from __future__ import annotations
