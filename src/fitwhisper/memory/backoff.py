@@ -74,6 +74,11 @@ class BackoffTrainer(Seq2SeqTrainer):
         self, *args: Any, memory_request: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        # Whisper's forward takes **kwargs, so Trainer assumes its loss is already normalised
+        # over the accumulated batch (num_items_in_batch) and skips dividing by the
+        # accumulation steps; Whisper ignores num_items_in_batch and returns a per-call token
+        # mean, so the loss and gradients would come out accumulation-steps times too large.
+        self.model_accepts_loss_kwargs = False
         self.memory_request = memory_request
         self.train_split = 1  # micro-batches per dataloader batch in training
         self.eval_split = 1  # chunks per batch in evaluation/generation
