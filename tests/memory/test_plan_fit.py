@@ -115,3 +115,28 @@ def test_large_v2_on_8gb_is_recommended_without_a_download(monkeypatch, tmp_path
     assert "full, batch 1 x 16 accumulation, checkpointing, adamw_torch: does not fit" in out
     assert "predicted peak on the device" in out  # the breakdown explains it
     assert not (tmp_path / "empty-hf").exists()
+
+
+def test_auto_fit_keeps_the_effective_batch_and_the_named_method(small_config_dir, monkeypatch):
+    import fitwhisper.memory.search as search_module
+    import fitwhisper.precision as precision
+
+    monkeypatch.setattr(precision, "hardware", lambda: {"cuda": True, "bf16_supported": True})
+    monkeypatch.setattr(search_module, "detected_gpu_memory", lambda: 2**30)
+    model_cfg = ModelConfig(model=str(small_config_dir), use_lora=True)
+    train_cfg = TrainConfig(
+        auto_fit=True, per_device_train_batch_size=4, gradient_accumulation_steps=2
+    )
+    data_cfg = DataConfig(max_label_tokens=16)
+    m, t = resolve_plan(model_cfg, data_cfg, train_cfg, explicit={"use_lora", "model"})
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps == 8
+    assert m.use_lora and not (m.use_8bit or m.use_4bit)
+    assert t.bf16 and not t.fp16  # train's precision rule on an Ampere GPU
+    # Half a GiB: below the CUDA context alone, so nothing fits, and it says so.
+    with pytest.raises(ConfigError, match="nothing fits 0.50 GiB"):
+        resolve_plan(
+            model_cfg,
+            data_cfg,
+            TrainConfig(auto_fit=True, gpu_memory="0.5GB"),
+            explicit={"use_lora", "model"},
+        )
