@@ -42,6 +42,15 @@ def test_plan_json_holds_the_settings_train_takes(plan_file, small_config_dir):
     assert s["lora_r"] == ModelConfig().lora_r
 
 
+def test_plan_json_flag_prints_the_recommendation(plan_file, small_config_dir, capsys):
+    argv = ["plan", "--model", str(small_config_dir), "--gpu-memory", "1GB", "--gpu", "A100"]
+    assert main([*argv, "--max_label_tokens", "16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["settings"] == json.loads(plan_file.read_text())["settings"]
+    assert d["prediction"]["total_bytes"] <= d["usable_gib"] * 2**30
+    assert all(r["reason"] for r in d["rejected"])
+
+
 def test_plan_round_trips_into_trains_config(plan_file, tmp_path, monkeypatch):
     import fitwhisper.train as train_module
 
