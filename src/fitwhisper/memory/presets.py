@@ -11,8 +11,12 @@ effective batch, labels and margin; nobody types these numbers. The drift test
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import sys
+import types
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fitwhisper.config import LORA_TARGETS_DEFAULT, ModelConfig
@@ -30,11 +34,12 @@ MODELS = (
     "openai/whisper-large-v3-turbo",
     "MediaTek-Research/Breeze-ASR-25",
 )
+# 8-bit + LoRA is the seeds' low-memory method; 4-bit (`fitwhisper plan --use_4bit`) gets the
+# same settings in nearly every cell, so its column would double the time for little news.
 COLUMNS: tuple[tuple[Method, str], ...] = (
     ("full", "full"),
     ("lora", "LoRA"),
     ("8bit", "8-bit + LoRA"),
-    ("4bit", "4-bit + LoRA"),
 )
 START, END = "<!-- presets:start -->", "<!-- presets:end -->"
 
@@ -62,8 +67,12 @@ def preset_cell(model: str, method: Method, gpu_gb: int) -> str:
     return ", ".join(parts)
 
 
-def presets_markdown() -> str:
-    """The presets as markdown: one table per GPU size, a row per model, a column per method."""
+def presets_markdown(workers: int | None = None) -> str:
+    """The presets as markdown: one table per GPU size, a row per model, a column per method.
+
+    Args:
+        workers: processes that predict in parallel (default: the CPU count, at most 4).
+    """
     out = [
         f"Per-device batch × gradient accumulation (effective batch "
         f"{DEFAULT_EFFECTIVE_BATCH}), `ckpt` = gradient checkpointing, and the optimizer where "
@@ -73,12 +82,13 @@ def presets_markdown() -> str:
     ]
     # Model and method outermost, so each one's predictions are reused across the GPU sizes
     # while they are still in predict_memory's cache.
-    cells = {
-        (gb, model, method): preset_cell(model, method, gb)
-        for model in MODELS
-        for method, _ in COLUMNS
-        for gb in GPUS_GB
-    }
+    jobs = [(model, method) for model in MODELS for method, _ in COLUMNS]
+    cells = {}
+    with _pool(workers) as pool:
+        for (model, method), column in zip(jobs, pool.map(_column, jobs), strict=True):
+            cells.update(
+                {(gb, model, method): cell for gb, cell in zip(GPUS_GB, column, strict=True)}
+            )
     header = "| model | " + " | ".join(name for _, name in COLUMNS) + " |"
     rule = "|---" * (len(COLUMNS) + 1) + "|"
     for gb in GPUS_GB:
@@ -87,6 +97,21 @@ def presets_markdown() -> str:
             row = [cells[gb, model, method] for method, _ in COLUMNS]
             out.append(f"| {model.split('/')[-1]} | " + " | ".join(row) + " |")
     return "\n".join(out) + "\n"
+
+
+def _column(job: tuple[str, Method]) -> list[str]:
+    model, method = job
+    return [preset_cell(model, method, gb) for gb in GPUS_GB]
+
+
+def _pool(workers: int | None):
+    """A process pool (spawned: torch must not be forked mid-use), or a one-process stand-in."""
+    workers = workers or min(4, os.cpu_count() or 1)
+    if workers == 1:
+        return contextlib.nullcontext(types.SimpleNamespace(map=map))
+    import multiprocessing
+
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def replace_between_markers(text: str, table: str) -> str:
@@ -102,8 +127,9 @@ def replace_between_markers(text: str, table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fitwhisper.memory.presets", description=__doc__)
     p.add_argument("--readme", type=Path, help="Rewrite the table between the markers here.")
+    p.add_argument("--workers", type=int, help="Parallel processes (default: CPUs, at most 4).")
     args = p.parse_args(argv)
-    table = presets_markdown()
+    table = presets_markdown(args.workers)
     if args.readme:
         args.readme.write_text(
             replace_between_markers(args.readme.read_text(encoding="utf-8"), table),
