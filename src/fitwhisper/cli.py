@@ -622,7 +622,7 @@ def _add_plan(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     }  # help text shared with `train`
 
     def helped(name: str) -> str:
-        return f[name].metadata["help"]
+        return f[name].metadata["help"].replace("%", "%%")  # argparse %-formats help
 
     p.add_argument("--model", default=f["model"].default, help=helped("model"))
     p.add_argument(

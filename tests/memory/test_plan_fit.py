@@ -149,3 +149,13 @@ def test_auto_fit_keeps_the_effective_batch_and_the_named_method(small_config_di
             TrainConfig(auto_fit=True, gpu_memory="0.5GB"),
             explicit={"use_lora", "model"},
         )
+
+
+def test_plan_help_lists_the_search_options(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    for flag in ("--gpu_memory", "--gpu-memory", "--fit", "--effective_batch_size", "--margin",
+                 "--allow_methods", "--output", "--presets", "--gpu NAME", "--fp32"):  # fmt: skip
+        assert flag in out
