@@ -406,6 +406,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model_cfg, data_cfg, train_cfg = (
         build_config(cls, args, from_file.get(section, {})) for section, cls in classes.items()
     )
+    if train_cfg.plan or train_cfg.auto_fit:
+        from fitwhisper.memory.fit import resolve_plan
+
+        # Flags absent from the command line are absent from args (argparse.SUPPRESS).
+        explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
+        model_cfg, train_cfg = resolve_plan(model_cfg, data_cfg, train_cfg, explicit)
     r = train(model_cfg, data_cfg, train_cfg)
     scores = ", ".join(f"{k.upper()} {100 * v:.2f}%" for k, v in r.eval_metrics.items())
     print(
@@ -599,6 +605,7 @@ def _add_plan(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     from dataclasses import fields
 
     from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+    from fitwhisper.memory.search import DEFAULT_EFFECTIVE_BATCH, DEFAULT_MARGIN
 
     p = sub.add_parser(
         "plan",
@@ -616,7 +623,7 @@ def _add_plan(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     }  # help text shared with `train`
 
     def helped(name: str) -> str:
-        return f[name].metadata["help"]
+        return f[name].metadata["help"].replace("%", "%%")  # argparse %-formats help
 
     p.add_argument("--model", default=f["model"].default, help=helped("model"))
     p.add_argument(
@@ -625,14 +632,26 @@ def _add_plan(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         default=f["per_device_train_batch_size"].default,
         help=helped("per_device_train_batch_size"),
     )
-    for name in ("gradient_checkpointing", "fp16", "bf16", "freeze_encoder"):
+    for name in ("gradient_checkpointing", "freeze_encoder"):
         p.add_argument(f"--{name}", action="store_true", help=helped(name))
-    p.add_argument("--use_lora", action="store_true", help="Train LoRA adapters only (peft).")
-    p.add_argument("--lora_r", type=int, default=32, help="LoRA rank (default: 32).")
+    p.add_argument("--fp16", action="store_true", help="fp16 mixed precision.")
+    p.add_argument("--bf16", action="store_true", help="bf16 mixed precision.")
+    p.add_argument("--fp32", action="store_true", help="fp32, no mixed precision.")
+    p.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="The GPU planned for, for its precision, by train's rule: without --fp16/--bf16/"
+        "--fp32, bf16 mixed precision unless NAME is a pre-Ampere card (T4, V100, P100, "
+        "RTX 20xx, ...) or fp16-only, which get fp16; without --gpu, this machine's GPU "
+        "decides, and bf16 is assumed when there is none. --device cpu plans fp32.",
+    )
+    p.add_argument("--use_lora", action="store_true", help=helped("use_lora"))
+    # LoRA defaults are train's (ModelConfig), so a plan describes what train would run.
+    p.add_argument("--lora_r", type=int, default=f["lora_r"].default, help=helped("lora_r"))
     p.add_argument(
         "--lora_target_modules",
-        default="q_proj,v_proj",
-        help="Comma-separated module names LoRA adapts (default: q_proj,v_proj).",
+        default=",".join(f["lora_target_modules"].default_factory()),
+        help=helped("lora_target_modules"),
     )
     p.add_argument("--lora_dropout", type=float, default=0.05, help="LoRA dropout (default: 0.05).")
     p.add_argument(
@@ -672,19 +691,88 @@ def _add_plan(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         help="Device to plan for (default: cuda); cpu predicts tensor bytes on a CPU run.",
     )
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    g = p.add_argument_group(
+        "recommend",
+        "Search for the fastest settings that fit a GPU: per-device batch (powers of two), "
+        "gradient checkpointing, optimizer (adamw_torch; adamw_8bit, then adafactor only when "
+        "AdamW fits nowhere) and method, keeping the effective batch.",
+    )
+    g.add_argument(
+        "--gpu_memory",
+        "--gpu-memory",
+        metavar="SIZE",
+        help="Memory of the GPU to fit, e.g. 8GB, 12GiB, 40GB (GB = GiB = 2**30 bytes, as GPU "
+        "makers count). Turns on the search.",
+    )
+    g.add_argument(
+        "--fit",
+        action="store_true",
+        help="Search for this machine's GPU (its total memory); implied by --gpu_memory.",
+    )
+    g.add_argument(
+        "--effective_batch_size",
+        type=int,
+        default=DEFAULT_EFFECTIVE_BATCH,
+        help="Clips per optimizer step to keep: per-device batch x accumulation "
+        f"(default: {DEFAULT_EFFECTIVE_BATCH}).",
+    )
+    g.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help="Fraction of the GPU's memory kept free for what the prediction leaves out "
+        f"(default: {DEFAULT_MARGIN}).",
+    )
+    g.add_argument(
+        "--allow_methods",
+        metavar="A,B",
+        help="Methods the search may use, from full, lora, 8bit, 4bit; lighter ones only when "
+        "the heavier cannot fit. Default: the method named by --use_lora/--use_8bit/"
+        "--use_4bit alone, else all four.",
+    )
+    g.add_argument(
+        "--output",
+        metavar="FILE",
+        help="Write the recommendation as JSON (plan.json) for `fitwhisper train --plan FILE`.",
+    )
+    g.add_argument(
+        "--presets",
+        action="store_true",
+        help="Print the presets table (8-80 GB x model sizes x methods) and exit; "
+        "`python -m fitwhisper.memory.presets --readme README.md` writes it into the README.",
+    )
     p.set_defaults(func=_cmd_plan)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
     from fitwhisper.errors import ConfigError
     from fitwhisper.memory.predict import MemoryRequest, predict_memory
+    from fitwhisper.memory.search import (
+        METHODS,
+        detected_gpu_memory,
+        gpu_precision,
+        method_of_request,
+        parse_memory,
+        search,
+    )
 
-    if args.fp16 and args.bf16:
-        raise ConfigError("--fp16 and --bf16 are both set", hint="pick one")
+    if args.presets:
+        from fitwhisper.memory.presets import presets_markdown
+
+        print(presets_markdown(), end="")
+        return 0
+    if sum((args.fp16, args.bf16, args.fp32)) > 1:
+        raise ConfigError("--fp16, --bf16 and --fp32: more than one is set", hint="pick one")
+    if args.fp32 or args.device == "cpu":
+        precision = "fp32" if not (args.fp16 or args.bf16) else "fp16" if args.fp16 else "bf16"
+    else:
+        precision = gpu_precision(args.gpu, args.fp16 or None, args.bf16 or None)
     request = MemoryRequest(
         model=args.model,
         per_device_train_batch_size=args.per_device_train_batch_size,
-        precision="fp16" if args.fp16 else "bf16" if args.bf16 else "fp32",
+        precision=precision,
         optim=args.optim,
         gradient_checkpointing=args.gradient_checkpointing,
         freeze_encoder=args.freeze_encoder,
@@ -699,8 +787,45 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         attn_implementation=args.attn_implementation,
         device=args.device,
     )
-    prediction = predict_memory(request)
-    print(prediction.to_json() if args.json else prediction.format_table())
+    if not (args.gpu_memory or args.fit or args.output):
+        prediction = predict_memory(request)
+        print(prediction.to_json() if args.json else prediction.format_table())
+        return 0
+
+    # Recommendation mode: the budget, the methods allowed, then the search.
+    if args.device == "cpu":
+        raise ConfigError("--gpu_memory/--fit plan for a GPU", hint="drop --device cpu")
+    budget = parse_memory(args.gpu_memory) if args.gpu_memory else detected_gpu_memory()
+    if budget is None:
+        raise ConfigError(
+            "no CUDA GPU is visible to plan for",
+            hint="pass the GPU's memory: --gpu_memory 8GB (or 12GB, 24GB, 40GB, ...)",
+        )
+    if args.allow_methods:
+        allowed = [m.strip() for m in args.allow_methods.split(",") if m.strip()]
+        unknown = [m for m in allowed if m not in METHODS]
+        if unknown or not allowed:
+            raise ConfigError(
+                f"--allow_methods {args.allow_methods!r}: unknown {', '.join(unknown) or 'none'}",
+                hint=f"choose from {','.join(METHODS)}",
+            )
+        methods = tuple(m for m in METHODS if m in allowed)
+    elif args.use_lora or args.use_8bit or args.use_4bit:
+        methods = (method_of_request(request),)
+    else:
+        methods = METHODS
+    plan = search(
+        request,
+        budget,
+        effective_batch_size=args.effective_batch_size,
+        margin=args.margin,
+        methods=methods,
+    )
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.format())
+    if args.output:
+        written = plan.write(args.output)
+        if not args.json:
+            print(f"\nplan written to {written}: fitwhisper train --plan {written} ...")
     return 0
 
 

@@ -309,3 +309,29 @@ class TrainConfig:
             "(deletes them and its TensorBoard logs)."
         },
     )
+    auto_fit: bool = field(
+        default=False,
+        metadata={
+            "help": "Before loading the model, choose the fastest per-device batch, "
+            "accumulation, checkpointing, optimizer and (unless --use_lora/--use_8bit/"
+            "--use_4bit name one) method that fit this machine's GPU (or --gpu_memory), "
+            "keeping the effective batch (per-device batch x accumulation). CUDA only.",
+            "aliases": ["--auto-fit"],
+        },
+    )
+    gpu_memory: str | None = field(
+        default=None,
+        metadata={
+            "help": "GPU memory --auto_fit plans for, e.g. 8GB or 12GiB (GB = GiB); none: the "
+            "visible GPU's total.",
+            "aliases": ["--gpu-memory"],
+        },
+    )
+    plan: str | None = field(
+        default=None,
+        metadata={
+            "help": "A plan.json written by `fitwhisper plan --output`: its batch, "
+            "accumulation, checkpointing, optimizer, precision and method are used; a flag "
+            "or config-file value that contradicts it is an error."
+        },
+    )

@@ -9,11 +9,11 @@ from fitwhisper.cli import main
 
 def test_plan_prints_the_breakdown(small_config_dir, capsys):
     argv = ["plan", "--model", str(small_config_dir), "--per_device_train_batch_size", "2"]
-    assert main([*argv, "--max_label_tokens", "32", "--use_lora"]) == 0
+    assert main([*argv, "--max_label_tokens", "32", "--use_lora", "--gpu", "A100"]) == 0
     out = capsys.readouterr().out
     for row in ("weights", "gradients", "optimizer states", "activations", "CUDA context"):
         assert f"\n  {row} " in out
-    assert "LoRA, fp32, batch 2, no checkpointing" in out
+    assert "LoRA, bf16 mixed, batch 2, no checkpointing" in out  # train's rule on an A100
     assert "predicted peak on the device" in out
 
 
@@ -27,4 +27,4 @@ def test_plan_json_parses(small_config_dir, capsys):
 
 def test_plan_rejects_conflicting_precisions(small_config_dir, capsys):
     assert main(["plan", "--model", str(small_config_dir), "--fp16", "--bf16"]) == 1
-    assert "error: --fp16 and --bf16 are both set" in capsys.readouterr().err
+    assert "error: --fp16, --bf16 and --fp32: more than one is set" in capsys.readouterr().err

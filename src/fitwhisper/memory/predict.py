@@ -191,7 +191,8 @@ def predict_memory(request: MemoryRequest | None = None, **kwargs: Any) -> Memor
 # --- the prediction -------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=256)
+# Large enough for the presets table (every model x method x batch x checkpointing).
+@lru_cache(maxsize=1024)
 def _predict_cached(req: MemoryRequest, config_json: str) -> MemoryPrediction:
     from transformers import WhisperConfig
 
@@ -201,9 +202,13 @@ def _predict_cached(req: MemoryRequest, config_json: str) -> MemoryPrediction:
     config.max_source_positions = frames // 2
     config._attn_implementation = req.attn_implementation
 
-    # 1. Exact persistent bytes from the full model on the meta device.
-    full = _build_meta(config, req)
-    static = _static_bytes(full, req, cuda)
+    # 1. Exact persistent bytes from the full model on the meta device; they do not depend
+    #    on the batch, lengths or checkpointing, so a search over those builds it once.
+    static_req = replace(
+        req, per_device_train_batch_size=1, gradient_checkpointing=False, max_audio_len=0.0,
+        max_label_tokens=1, attn_implementation="sdpa", max_grad_norm=None,
+    )  # fmt: skip
+    static = _static_cached(static_req, config.to_json_string(use_diff=False))
 
     # 2. Trace a step of the same model with at most TRACE_LAYERS layers per stack.
     t0 = time.perf_counter()
@@ -246,6 +251,14 @@ def _predict_cached(req: MemoryRequest, config_json: str) -> MemoryPrediction:
         trace_seconds=round(seconds, 3),
         notes=tuple(notes),
     )
+
+
+@lru_cache(maxsize=64)
+def _static_cached(req: MemoryRequest, config_json: str) -> dict[str, int]:
+    from transformers import WhisperConfig
+
+    config = WhisperConfig(**json.loads(config_json))
+    return _static_bytes(_build_meta(config, req), req, req.device == "cuda")
 
 
 def _traced_peaks(
