@@ -44,13 +44,29 @@ def tiny_en_processor():
 @pytest.fixture(scope="session")
 def tiny_whisper_dir(tmp_path_factory: pytest.TempPathFactory, tiny_en_processor) -> Path:
     """A saved tiny random English Whisper: a transformers folder any resolver accepts."""
+    out = tmp_path_factory.mktemp("tiny-whisper")
+    return _save_tiny_whisper("offline/tiny.en", tiny_en_processor, out)
+
+
+@pytest.fixture(scope="session")
+def tiny_multilingual_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random multilingual Whisper with the real offline/base tokenizer."""
+    from fitwhisper.models.resolve import load_processor
+
+    out = tmp_path_factory.mktemp("tiny-multilingual")
+    return _save_tiny_whisper("offline/base", load_processor("offline/base"), out)
+
+
+def _save_tiny_whisper(real_spec: str, processor, out: Path) -> Path:
+    """A tiny random Whisper (d_model 64, 2+2 layers) with the real model's vocabulary,
+    special tokens, generation config and processor; 80 mels and 1500 positions as in
+    every real size."""
     import torch
     from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 
     from fitwhisper.models.resolve import resolve_model
 
-    tok = tiny_en_processor.tokenizer
-    real = resolve_model("offline/tiny.en").path_or_id
+    real = resolve_model(real_spec).path_or_id
     real_cfg = WhisperConfig.from_pretrained(real)
     cfg = WhisperConfig(
         vocab_size=real_cfg.vocab_size,
@@ -72,10 +88,9 @@ def tiny_whisper_dir(tmp_path_factory: pytest.TempPathFactory, tiny_en_processor
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(cfg)
     model.generation_config = GenerationConfig.from_pretrained(real)
-    out = tmp_path_factory.mktemp("tiny-whisper")
     model.save_pretrained(out)
-    tiny_en_processor.save_pretrained(out)
-    assert len(tok) <= cfg.vocab_size
+    processor.save_pretrained(out)
+    assert len(processor.tokenizer) <= cfg.vocab_size
     return out
 
 

@@ -221,37 +221,6 @@ def test_use_wandb_with_report_to_none_and_a_stray_project_are_conflicts() -> No
     assert "--wandb_project is set but nothing reports to W&B" in e.value.message
 
 
-@pytest.fixture(scope="module")
-def tiny_multilingual_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random multilingual Whisper with the real offline/base tokenizer."""
-    import torch
-    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
-
-    from fitwhisper.models.resolve import load_processor, resolve_model
-
-    real = resolve_model("offline/base").path_or_id
-    real_cfg = WhisperConfig.from_pretrained(real)
-    small = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 128}
-    cfg = WhisperConfig(
-        **small,
-        vocab_size=real_cfg.vocab_size,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        decoder_ffn_dim=128,
-        pad_token_id=real_cfg.pad_token_id,
-        bos_token_id=real_cfg.bos_token_id,
-        eos_token_id=real_cfg.eos_token_id,
-        decoder_start_token_id=real_cfg.decoder_start_token_id,
-    )
-    torch.manual_seed(0)
-    model = WhisperForConditionalGeneration(cfg)
-    model.generation_config = GenerationConfig.from_pretrained(real)
-    out = tmp_path_factory.mktemp("tiny-multilingual")
-    model.save_pretrained(out)
-    load_processor("offline/base").save_pretrained(out)
-    return out
-
-
 @pytest.mark.slow
 def test_chinese_run_keeps_the_best_by_cer_and_checkpoints_carry_language_and_task(
     tiny_multilingual_dir: Path, tone_manifest: Path, tmp_path: Path

@@ -155,12 +155,7 @@ def _cmd_check_data(args: argparse.Namespace) -> int:
         max_audio_len=args.max_audio_len,
         max_label_tokens=args.max_label_tokens,
     )
-    manifest = load_manifest(
-        args.manifest,
-        audio_column=data_cfg.audio_column,
-        text_column=data_cfg.text_column,
-        language_column=data_cfg.language_column,
-    )
+    manifest = load_manifest(args.manifest, **data_cfg.manifest_columns())
     if args.limit is not None:
         manifest.rows = select(manifest.rows, args.limit)
     tokenizer = None

@@ -62,6 +62,14 @@ class DataConfig:
         default=None, metadata={"help": "Use at most this many evaluation rows."}
     )
 
+    def manifest_columns(self) -> dict[str, str | None]:
+        """The column names, as `load_manifest` keyword arguments."""
+        return {
+            "audio_column": self.audio_column,
+            "text_column": self.text_column,
+            "language_column": self.language_column,
+        }
+
 
 @dataclass
 class ModelConfig:

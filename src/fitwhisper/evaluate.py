@@ -456,12 +456,7 @@ def checked_rows(
     if bad_rows not in ("error", "skip"):
         raise ConfigError(f"unknown --bad_rows {bad_rows!r}", hint="use error or skip")
     cfg = dataclasses.replace(data_cfg or DataConfig(), bad_rows=bad_rows)
-    manifest = load_manifest(
-        manifest_path,
-        audio_column=cfg.audio_column,
-        text_column=cfg.text_column,
-        language_column=cfg.language_column,
-    )
+    manifest = load_manifest(manifest_path, **cfg.manifest_columns())
     report = check_manifest(manifest, cfg, tokenizer=processor.tokenizer)
     rows = select(apply_bad_row_policy(report, cfg, purpose="scoring"), max_samples)
     skipped = tuple(

@@ -92,7 +92,7 @@ def train(
 
     # 1. Data: check every row before any weights load (the tokenizer is all it needs).
     processor = load_processor(model_cfg.model, **hub)
-    train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out)
+    train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out, manifests)
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
@@ -428,7 +428,9 @@ def _step_of(checkpoint: Path | None) -> int | None:
     return None if checkpoint is None else step_of(checkpoint)
 
 
-def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: Path):
+def _checked_rows(
+    data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: Path, manifests: dict
+):
     from fitwhisper.data.check import apply_bad_row_policy, check_manifest
     from fitwhisper.data.manifest import load_manifest, select
 
@@ -442,12 +444,7 @@ def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: 
         if not path:
             rows[split] = []
             continue
-        manifest = load_manifest(
-            path,
-            audio_column=data_cfg.audio_column,
-            text_column=data_cfg.text_column,
-            language_column=data_cfg.language_column,
-        )
+        manifest = load_manifest(path, **data_cfg.manifest_columns())
         report = check_manifest(manifest, data_cfg, tokenizer=processor.tokenizer)
         report_path = out / f"data_report_{split}.csv"
         report.write(report_path)
@@ -456,7 +453,7 @@ def _checked_rows(data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: 
         rows[split] = select(usable, limit)
         reports[split] = {
             "manifest": str(path),
-            "sha256": _sha256(path),
+            "sha256": manifests[split]["sha256"],  # hashed once, in _manifest_hashes
             "rows": len(report.rows),
             "usable": len(usable),
             "used": len(rows[split]),
