@@ -35,9 +35,9 @@ def _failing(args) -> int:
 def test_user_error_prints_message_and_hint_without_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fitwhisper.cli as cli
+    import fitwhisper.cli.models as models_command
 
-    monkeypatch.setattr(cli, "_cmd_models", _failing)
+    monkeypatch.setattr(models_command, "run", _failing)
     assert main(["models"]) == 1
     err = capsys.readouterr().err
     assert "error: manifest rows.jsonl line 3: no such audio file a.wav" in err
@@ -46,9 +46,9 @@ def test_user_error_prints_message_and_hint_without_traceback(
 
 
 def test_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fitwhisper.cli as cli
+    import fitwhisper.cli.models as models_command
 
-    monkeypatch.setattr(cli, "_cmd_models", _failing)
+    monkeypatch.setattr(models_command, "run", _failing)
     with pytest.raises(DataError):
         main(["models", "--debug"])
 
@@ -65,12 +65,12 @@ def test_cuda_out_of_memory_becomes_an_error_with_the_fix(
 ) -> None:
     import torch
 
-    import fitwhisper.cli as cli
+    import fitwhisper.cli.models as models_command
 
     def oom(args) -> int:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
 
-    monkeypatch.setattr(cli, "_cmd_models", oom)
+    monkeypatch.setattr(models_command, "run", oom)
     assert main(["models"]) == 1
     err = capsys.readouterr().err
     assert "ran out of memory" in err and "--gradient_accumulation_steps" in err
