@@ -37,6 +37,32 @@ class DataConfig:
         default="language",
         metadata={"help": "Optional per-row language column; a row's own language wins."},
     )
+    language_token: Literal["per_row", "fixed", "none"] = field(
+        default="per_row",
+        metadata={
+            "help": "Language token in the decoder prompt, for code-switched data. per_row: a "
+            "row's own language column, else --language. fixed: --language for every training "
+            "row (e.g. zh for Mandarin-English code-switching: English words are learnt as "
+            "part of zh, as Breeze-ASR-25 was trained). none: no language token in labels or "
+            "when scoring (<|startoftranscript|><|transcribe|><|notimestamps|>), so the model "
+            "never commits to one language."
+        },
+    )
+    rehearsal_manifest: str | None = field(
+        default=None,
+        metadata={
+            "help": "Rehearsal data against forgetting (e.g. English speech when fine-tuning "
+            "on Mandarin): --rehearsal_share of the training stream is drawn from it; its rows "
+            "keep their own language column."
+        },
+    )
+    rehearsal_share: float = field(
+        default=0.1,
+        metadata={
+            "help": "Fraction of training rows drawn from --rehearsal_manifest (0.1: one in "
+            "ten), sampled with the run's seed, with repetition if it is small."
+        },
+    )
     min_audio_len: float = field(
         default=0.1, metadata={"help": "Shortest usable clip, in seconds."}
     )
@@ -92,6 +118,16 @@ class ModelConfig:
     )
     task: Literal["transcribe", "translate"] = field(
         default="transcribe", metadata={"help": "transcribe, or translate into English."}
+    )
+    output_script: str | None = field(
+        default=None,
+        metadata={
+            "help": "Chinese script the transcripts should be in: traditional (OpenCC s2tw, "
+            "for zh-TW), simplified (t2s), an OpenCC table (s2twp), or none. Training "
+            "references are converted into it so the model learns to write it, and the share "
+            "of output in it is reported. Unset: the model's preset (traditional for "
+            "Breeze-ASR-25), else none."
+        },
     )
     freeze_encoder: bool = field(
         default=False,
@@ -188,6 +224,14 @@ class TrainConfig:
         metadata={
             "help": "Held-out manifest scored by generation (WER/CER).",
             "aliases": ["--validation_file"],
+        },
+    )
+    regression_manifest: str | None = field(
+        default=None,
+        metadata={
+            "help": "Forgetting guard: any manifest (e.g. English speech when fine-tuning on "
+            "Mandarin), scored by generation before and after training, in its own language "
+            "and metric; side by side in RUN/eval/regression.json."
         },
     )
     per_device_train_batch_size: int = field(

@@ -25,6 +25,7 @@ import numpy as np
 
 from fitwhisper.scoring import (
     Metric,
+    NormalizeOptions,
     Score,
     TextNormalizer,
     metric_for_language,
@@ -36,7 +37,7 @@ from fitwhisper.scoring import (
 log = logging.getLogger(__name__)
 
 
-UNITS = {"wer": "words", "cer": "characters"}
+UNITS = {"wer": "words", "cer": "characters", "mer": "tokens (Chinese characters, other words)"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,10 @@ class EvalResult:
     """Scores of one model on one set of clips, with what it wrote for each.
 
     ``skipped`` names the manifest rows left out by ``--bad_rows skip`` (``file:line
-    problem``); they are not part of the score.
+    problem``); they are not part of the score. ``languages`` are the clips' own language
+    tags (a per-language breakdown is reported when they differ); ``expected_script`` the
+    script the output should be in (its share is reported); ``output_script`` the conversion
+    applied to the model's output before scoring, if any.
     """
 
     score: Score
@@ -55,6 +59,9 @@ class EvalResult:
     model: str = ""
     manifest: str = ""
     skipped: tuple[str, ...] = ()
+    languages: tuple[str | None, ...] = ()
+    expected_script: str | None = None
+    output_script: str | None = None
 
     def utterances(self) -> list[dict]:
         """One record per clip: texts as written and as scored, and the edit errors."""
@@ -94,7 +101,42 @@ class EvalResult:
             **{k: sum(u[k] for u in utts) for k in ("substitutions", "deletions", "insertions")},
             "skipped_rows": len(self.skipped),
             "skipped": list(self.skipped),
+            "output_script": self.output_script or "none",
+            **self.extra_figures(),
         }
+
+    def extra_figures(self) -> dict:
+        """What Chinese and code-switched data need beside the main rate: MER beside CER
+        (and CER beside MER), the share of output in the expected script, and a breakdown
+        per language when the clips carry different language tags."""
+        from fitwhisper.script import script_share
+
+        s, refs, hyps = self.score, list(self.references), list(self.hypotheses)
+        out: dict = {}
+        if s.metric in ("cer", "mer"):
+            other = "mer" if s.metric == "cer" else "cer"
+            o = score(refs, hyps, other, self.normalizer)  # type: ignore[arg-type]
+            out[other] = {other: o.normalized, "errors": o.errors, "ref_units": o.ref_units,
+                          "units": UNITS[other]}  # fmt: skip
+        if self.expected_script:
+            share = script_share(hyps, self.expected_script)  # type: ignore[arg-type]
+            out["script"] = {
+                **share.as_dict(),
+                # The references' own share: what a perfect transcript would reach.
+                "reference_share": script_share(refs, self.expected_script).share,  # type: ignore[arg-type]
+            }
+        tags = [lang or "unknown" for lang in self.languages]
+        if len(set(tags)) > 1:
+            out["by_language"] = {
+                tag: _language_figures(
+                    [r for r, t in zip(refs, tags, strict=True) if t == tag],
+                    [h for h, t in zip(hyps, tags, strict=True) if t == tag],
+                    tag,
+                    self.normalizer,
+                )
+                for tag in sorted(set(tags))
+            }
+        return out
 
     def write(self, out_dir: str | Path) -> Path:
         """Write `predictions.jsonl` (per utterance) and `metrics.json` into out_dir."""
@@ -118,6 +160,7 @@ class EvalResult:
             f"{name + ' normalised':<15} {100 * s.normalized:6.2f}%  "
             f"({s.errors} errors in {s.ref_units} reference {UNITS[s.metric]})",
         ]
+        lines += _extra_lines(self.extra_figures(), self.output_script)
         return "\n".join(lines)
 
 
@@ -214,6 +257,19 @@ class Comparison:
             f"{names[2]:<{w}}  {100 * diff[a.metric + '_raw']:>+8.2f}pt  "
             f"{100 * diff[a.metric]:>+13.2f}pt  {diff['errors']:>+8}"
         )
+        for label, key in (("MER", "mer"), ("CER", "cer")):
+            if key in d["model"] and key != a.metric:
+                lines.append(
+                    f"{label + ' normalised':<{w}}  {100 * d['model'][key]:>9.2f}% "
+                    f"(model)  {100 * d['baseline'][key]:.2f}% (--compare)"
+                )
+        if "script" in d["model"]:
+            sm, sb = d["model"]["script"], d["baseline"]["script"]
+            lines.append(
+                f"{sm['expected_script']} share of output Han characters: "
+                f"{100 * sm['share_in_expected_script']:.2f}% (model), "
+                f"{100 * sb['share_in_expected_script']:.2f}% (--compare)"
+            )
         c = d["clips"]
         lines.append(
             f"\nper clip: {c['better']} better, {c['worse']} worse, {c['same']} the same "
@@ -244,11 +300,47 @@ def make_scorer(
     metric: Metric | None = None,
     normalizer: str = "auto",
     opencc: str | None = None,
+    options: NormalizeOptions | None = None,
 ) -> tuple[Metric, TextNormalizer]:
-    """Pick the metric and normaliser for a language (CER for Chinese, WER otherwise)."""
+    """Pick the metric and normaliser for a language (CER for Chinese, WER otherwise).
+
+    `options` (punctuation, spaces, case, numerals) shape the chinese normaliser; giving
+    any with a language scored by WER chooses the chinese normaliser for auto.
+    """
     chosen_metric = metric or metric_for_language(language)
     name = normalizer_for_language(language) if normalizer == "auto" else normalizer
-    return chosen_metric, TextNormalizer(name, opencc_config=opencc)  # type: ignore[arg-type]
+    if normalizer == "auto" and options not in (None, NormalizeOptions()):
+        name = "chinese"
+    return chosen_metric, TextNormalizer(name, opencc_config=opencc, options=options)  # type: ignore[arg-type]
+
+
+def resolve_expected_script(
+    expected_script: str | None, output_script: str | None, references: Sequence[str]
+) -> str | None:
+    """The script whose share is reported: as given; for "auto", the one `output_script`
+    produces, else the one the references are written in (None when they have no
+    script-specific characters, e.g. English)."""
+    from fitwhisper.script import expected_script as script_of_option
+    from fitwhisper.script import script_share
+
+    if expected_script in (None, "none"):
+        return None
+    if expected_script != "auto":
+        if expected_script not in ("traditional", "simplified"):
+            from fitwhisper.errors import ConfigError
+
+            raise ConfigError(
+                f"unknown expected script {expected_script!r}",
+                hint="use auto, none, traditional or simplified",
+            )
+        return expected_script
+    if output_script:
+        return script_of_option(output_script)
+    trad = script_share(references, "simplified").wrong_chars  # Traditional-only characters
+    simp = script_share(references, "traditional").wrong_chars  # Simplified-only characters
+    if trad == simp == 0:
+        return None
+    return "traditional" if trad > simp else "simplified"
 
 
 def metrics_fn(
@@ -304,6 +396,10 @@ def evaluate_model(
     collator=None,
     languages: Sequence[str | None] | None = None,
     model_name: str = "",
+    options: NormalizeOptions | None = None,
+    output_script: str | None = None,
+    expected_script: str | None = "auto",
+    tags: Sequence[str | None] | None = None,
 ) -> EvalResult:
     """Transcribe every clip of `dataset` by greedy generation and score it.
 
@@ -321,6 +417,12 @@ def evaluate_model(
         languages: each clip's language token for generation; clips are generated in
             groups of one language. None: the model's generation config decides.
         model_name: the model as the user named it, for the reports.
+        options: the chinese normaliser's punctuation, spaces, case and numerals options.
+        output_script: convert the output into this script before scoring (traditional,
+            simplified, an OpenCC table; None: as written), with `script.to_script`.
+        expected_script: the script whose share of the output is reported (auto: from
+            output_script, else the references' script).
+        tags: each clip's language tag, for the per-language breakdown (default: languages).
     """
     import torch
     from torch.utils.data import Subset
@@ -328,8 +430,10 @@ def evaluate_model(
 
     from fitwhisper.data.features import WhisperCollator
     from fitwhisper.memory.backoff import BackoffTrainer
+    from fitwhisper.script import check_output_script, to_script
 
-    chosen_metric, norm = make_scorer(language, metric, normalizer, opencc)
+    chosen_metric, norm = make_scorer(language, metric, normalizer, opencc, options)
+    output_script = check_output_script(output_script)
     collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
     groups = _language_groups(languages, len(dataset))
     hyps: list[str] = [""] * len(dataset)
@@ -363,7 +467,7 @@ def evaluate_model(
                 out = trainer.predict(part, metric_key_prefix="eval")
                 texts = decode(processor.tokenizer, out.predictions)
                 for i, text in zip(idx, texts, strict=True):
-                    hyps[i] = text
+                    hyps[i] = to_script(text, output_script)
         finally:
             gen.language = saved_language
     s = score(list(references), hyps, chosen_metric, norm)
@@ -374,6 +478,9 @@ def evaluate_model(
         ids=tuple(ids),
         normalizer=norm,
         model=model_name,
+        languages=tuple(tags if tags is not None else (languages or ())),
+        expected_script=resolve_expected_script(expected_script, output_script, references),
+        output_script=output_script,
     )
 
 
@@ -391,6 +498,9 @@ def evaluate_manifest(
     opencc: str | None = None,
     bad_rows: str = "error",
     data_cfg=None,
+    options: NormalizeOptions | None = None,
+    output_script: str | None = None,
+    expected_script: str | None = "auto",
 ) -> EvalResult:
     """Score any resolvable model on a manifest (the engine of `fitwhisper evaluate`).
 
@@ -398,15 +508,21 @@ def evaluate_manifest(
     silently smaller set would not be comparable. `bad_rows="skip"` leaves them out,
     counted and named in the result.
     """
+    from fitwhisper.models.presets import preset_language
     from fitwhisper.models.resolve import load_processor
+    from fitwhisper.script import check_output_script
 
-    make_scorer(language, metric, normalizer, opencc)  # bad options fail before any work
+    # Bad options fail before any work.
+    make_scorer(language, metric, normalizer, opencc, options)
+    check_output_script(output_script)
+    language = language or preset_language(model_spec)
     processor = load_processor(model_spec)
     rows, skipped = checked_rows(manifest_path, processor, bad_rows, max_samples, data_cfg)
     res = _evaluate_rows(
         model_spec, processor, rows, language=language, task=task, batch_size=batch_size,
         generation_max_length=generation_max_length, metric=metric, normalizer=normalizer,
-        opencc=opencc,
+        opencc=opencc, options=options, output_script=output_script,
+        expected_script=expected_script,
     )  # fmt: skip
     return dataclasses.replace(res, manifest=str(manifest_path), skipped=skipped)
 
@@ -421,9 +537,14 @@ def compare_manifest(
     (`fitwhisper evaluate MODEL MANIFEST --compare BASELINE`). Keyword arguments are those
     of `evaluate_manifest`. The data is checked once, with the first model's tokenizer."""
     from fitwhisper.models.resolve import load_processor
+    from fitwhisper.script import check_output_script
 
     language, metric = kwargs.get("language"), kwargs.get("metric")
-    make_scorer(language, metric, kwargs.get("normalizer", "auto"), kwargs.get("opencc"))
+    make_scorer(
+        language, metric, kwargs.get("normalizer", "auto"), kwargs.get("opencc"),
+        kwargs.get("options"),
+    )  # fmt: skip
+    check_output_script(kwargs.get("output_script"))
     processor = load_processor(model_spec)
     rows, skipped = checked_rows(
         manifest_path,
@@ -481,6 +602,9 @@ def _evaluate_rows(
     metric: Metric | None = None,
     normalizer: str = "auto",
     opencc: str | None = None,
+    options: NormalizeOptions | None = None,
+    output_script: str | None = None,
+    expected_script: str | None = "auto",
 ) -> EvalResult:
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.models.generation import configure_generation, language_for
@@ -510,6 +634,10 @@ def _evaluate_rows(
             opencc=opencc,
             languages=per_row,
             model_name=str(model_spec),
+            options=options,
+            output_script=output_script,
+            expected_script=expected_script,
+            tags=[r.language or lang for r in rows],
         )
     finally:
         # Free the model before the next one loads (--compare): memory is released between
@@ -539,14 +667,57 @@ def _empty_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
+def _language_figures(refs: list[str], hyps: list[str], tag: str, normalizer) -> dict:
+    """One language's clips scored by that language's own metric and default normaliser
+    (with the run's OpenCC conversion): CER for zh, WER with Whisper's normaliser for en."""
+    lang = None if tag == "unknown" else tag
+    metric, norm = make_scorer(lang, opencc=normalizer.opencc_config)
+    s = score(refs, hyps, metric, norm)
+    return {"metric": metric, metric: s.normalized, "errors": s.errors,
+            "ref_units": s.ref_units, "n_utterances": s.n_utterances,
+            "normalizer": s.normalizer}  # fmt: skip
+
+
+def _extra_lines(extra: dict, output_script: str | None) -> list[str]:
+    lines = []
+    for name in ("cer", "mer"):
+        if name in extra:
+            e = extra[name]
+            lines.append(
+                f"{name.upper() + ' normalised':<15} {100 * e[name]:6.2f}%  "
+                f"({e['errors']} errors in {e['ref_units']} reference {e['units']})"
+            )
+    if output_script:
+        lines.append(f"output script   converted to {output_script} before scoring")
+    if "script" in extra:
+        sc = extra["script"]
+        wrong = "".join(list(sc["most_frequent_wrong"])[:10])
+        lines.append(
+            f"{sc['expected_script'] + ' share':<15} {100 * sc['share_in_expected_script']:6.2f}%"
+            f"  of {sc['han_characters']} Han characters in the output"
+            f" (references: {100 * sc['reference_share']:.2f}%)"
+            + (f"; wrong script: {wrong}" if wrong else "")
+        )
+    for tag, f in extra.get("by_language", {}).items():
+        m = f["metric"]
+        lines.append(
+            f"{'  ' + tag:<15} {100 * f[m]:6.2f}%  {m.upper()} on {f['n_utterances']} clips"
+        )
+    return lines
+
+
 def _summary(res: EvalResult) -> dict:
     s = res.score
+    extra = res.extra_figures()
     return {
         "name": res.model,
         s.metric: s.normalized,
         f"{s.metric}_raw": s.raw,
         "errors": s.errors,
         "ref_units": s.ref_units,
+        **{m: extra[m][m] for m in ("cer", "mer") if m in extra},
+        **({"script": extra["script"]} if "script" in extra else {}),
+        **({"by_language": extra["by_language"]} if "by_language" in extra else {}),
     }
 
 

@@ -7,8 +7,9 @@ figures are reported, so a number printed during training equals the one `evalua
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -17,7 +18,9 @@ import jiwer
 
 from fitwhisper.errors import ConfigError
 
-Metric = Literal["wer", "cer"]
+# mer: mixed error rate for code-switched text, over Chinese characters and other words.
+Metric = Literal["wer", "cer", "mer"]
+METRICS: tuple[str, ...] = ("wer", "cer", "mer")
 NormalizerName = Literal["auto", "whisper_english", "whisper_basic", "chinese", "none"]
 NORMALIZERS: tuple[str, ...] = ("auto", "whisper_english", "whisper_basic", "chinese", "none")
 # OpenCC's conversion tables (the .json configs its package ships), e.g. s2tw: Simplified
@@ -48,6 +51,48 @@ def normalizer_for_language(language: str | None) -> NormalizerName:
     return "chinese" if language.lower() in CER_LANGUAGES else "whisper_basic"
 
 
+@dataclass(frozen=True)
+class NormalizeOptions:
+    """What the ``chinese`` normaliser folds, applied to reference and hypothesis alike.
+
+    The defaults fold what is not a transcription error (punctuation, spacing, letter case)
+    and keep what is: numerals as written and the script of every character (no OpenCC
+    conversion unless asked), so Simplified output against Traditional references counts.
+    """
+
+    punctuation: Literal["remove", "halfwidth", "keep"] = "remove"
+    spaces: Literal["cjk", "remove", "keep"] = "cjk"
+    case: Literal["lower", "keep"] = "lower"
+    numerals: Literal["keep", "arabic", "chinese"] = "keep"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            allowed = _OPTION_CHOICES[f.name]
+            if getattr(self, f.name) not in allowed:
+                raise ConfigError(
+                    f"unknown {f.name} option {getattr(self, f.name)!r}",
+                    hint=f"use one of: {', '.join(allowed)}",
+                )
+
+    def describe(self) -> str:
+        return ", ".join(f"{f.name} {getattr(self, f.name)}" for f in fields(self))
+
+
+# punctuation: remove all (full- and half-width); halfwidth: keep, with full-width and CJK
+#   marks folded to ASCII (，->, 。->.); keep: as written.
+# spaces: cjk: removed next to Chinese characters, one space kept between other words
+#   ("iPhone 拍照" = "iPhone拍照", "hello world" stays two words); remove: all; keep: as written.
+# numerals: arabic: Chinese numerals to digits (二十九 -> 29); chinese: digits to Chinese
+#   numerals (29 -> 二十九); both by cn2an's sentence conversion.
+_OPTION_CHOICES = {
+    "punctuation": ("remove", "halfwidth", "keep"),
+    "spaces": ("cjk", "remove", "keep"),
+    "case": ("lower", "keep"),
+    "numerals": ("keep", "arabic", "chinese"),
+}
+NORMALIZE_OPTION_CHOICES = _OPTION_CHOICES
+
+
 class TextNormalizer:
     """Maps text to the form it is scored in.
 
@@ -55,12 +100,21 @@ class TextNormalizer:
       standardised, punctuation removed), from transformers with openai/whisper's table.
     - ``whisper_basic``: Whisper's language-neutral normaliser (lower case, punctuation and
       symbols to spaces).
-    - ``chinese``: punctuation (full- and half-width) and all spaces removed, Latin letters
-      lower-cased; optional OpenCC conversion (e.g. ``s2tw``) applied to both sides.
+    - ``chinese``: by default punctuation (full- and half-width) removed, spaces removed next
+      to Chinese characters, Latin letters lower-cased (`NormalizeOptions` changes each);
+      numerals converted only when asked.
     - ``none``: unchanged.
+
+    An optional OpenCC conversion (``s2tw``, ``s2twp``, ``t2s``, ...) is applied to both sides
+    first, with any normaliser. None by default: folding scripts would hide script errors.
     """
 
-    def __init__(self, name: NormalizerName, opencc_config: str | None = None) -> None:
+    def __init__(
+        self,
+        name: NormalizerName,
+        opencc_config: str | None = None,
+        options: NormalizeOptions | None = None,
+    ) -> None:
         if name == "auto":
             raise ValueError("resolve 'auto' with normalizer_for_language() first")
         if name not in NORMALIZERS:
@@ -68,10 +122,18 @@ class TextNormalizer:
                 f"unknown normalizer {name!r}",
                 hint="use one of: " + ", ".join(NORMALIZERS),
             )
+        options = options or NormalizeOptions()
+        if name != "chinese" and options != NormalizeOptions():
+            raise ConfigError(
+                f"punctuation, spaces, case and numerals options apply to the chinese "
+                f"normaliser, not {name!r}",
+                hint="add --normalizer chinese, or leave those options at their defaults",
+            )
         self.name = name
+        self.options = options
         self.opencc_config = check_opencc_config(opencc_config)
-        self._fn = _build(name)
-        self._opencc = _opencc(self.opencc_config) if self.opencc_config else None
+        self._fn = _build(name, options)
+        self._opencc = opencc_converter(self.opencc_config) if self.opencc_config else None
 
     def __call__(self, text: str) -> str:
         if self._opencc is not None:
@@ -80,8 +142,12 @@ class TextNormalizer:
 
     def describe(self) -> str:
         """One line for reports: which normalisation was applied to both sides."""
+        opts = f" ({self.options.describe()})" if self.name == "chinese" else ""
+        # Chinese reports always say whether scripts were folded; others only when they were.
         conv = f" + OpenCC {self.opencc_config}" if self.opencc_config else ""
-        return f"{self.name}{conv} (applied to reference and hypothesis alike)"
+        if not conv and self.name == "chinese":
+            conv = " + no OpenCC"
+        return f"{self.name}{opts}{conv} (applied to reference and hypothesis alike)"
 
 
 @dataclass(frozen=True)
@@ -202,13 +268,32 @@ def _errors(refs: list[str], hyps: list[str], metric: Metric) -> tuple[int, int]
     return errors, units
 
 
+def mixed_tokens(text: str) -> list[str]:
+    """Tokens of code-switched text for MER: each Chinese (Han) character on its own, and
+    each run of other non-space characters (an English word, a number) as one token.
+
+    "我用iPhone拍照 ok" -> ["我", "用", "iPhone", "拍", "照", "ok"].
+    """
+    return _MIXED_TOKEN.findall(text)
+
+
+# Han characters for a regex class: CJK Unified Ideographs, Extension A, compatibility
+# ideographs, Extensions B and beyond.
+HAN_CLASS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+# A Han character, or a run of characters that are neither space nor Han.
+_MIXED_TOKEN = re.compile(rf"[{HAN_CLASS}]|[^\s{HAN_CLASS}]+")
+_SPACE_NEXT_TO_HAN = re.compile(rf"\s+(?=[{HAN_CLASS}])|(?<=[{HAN_CLASS}])\s+")
+
+
 def _units(text: str, metric: Metric) -> list[str]:
     if metric == "wer":
         return text.split()
+    if metric == "mer":
+        return mixed_tokens(text)
     return [c for c in text if not c.isspace()]
 
 
-def _build(name: NormalizerName):
+def _build(name: NormalizerName, options: NormalizeOptions):
     if name == "none":
         return lambda s: s
     if name == "whisper_english":
@@ -220,19 +305,45 @@ def _build(name: NormalizerName):
 
         return BasicTextNormalizer()
     if name == "chinese":
-        return _normalize_chinese
+        return lambda text: _normalize_chinese(text, options)
     raise ValueError(f"unknown normalizer {name!r}")
 
 
-def _normalize_chinese(text: str) -> str:
-    # Drop every Unicode punctuation/symbol character (covers full-width 。，、「」 too) and
-    # all whitespace; Latin letters in code-switched text are lower-cased.
+# CJK punctuation with no NFKC half-width form, folded to the ASCII mark it stands for.
+_CJK_PUNCT_TO_ASCII = str.maketrans(
+    {"。": ".", "、": ",", "「": '"', "」": '"', "『": '"', "』": '"', "《": '"', "》": '"',
+     "〈": '"', "〉": '"', "【": "[", "】": "]", "〔": "(", "〕": ")", "・": "-", "～": "~"}
+)  # fmt: skip
+
+
+def _normalize_chinese(text: str, options: NormalizeOptions = NormalizeOptions()) -> str:
+    if options.numerals != "keep":
+        text = _convert_numerals(text, options.numerals)
     kept = []
-    for ch in unicodedata.normalize("NFKC", text):
-        if ch.isspace() or unicodedata.category(ch)[0] in "PS":
-            continue
-        kept.append(ch.lower())
-    return "".join(kept)
+    for ch in text:
+        is_punct = unicodedata.category(ch)[0] in "PS"
+        if is_punct:
+            if options.punctuation == "remove":
+                continue
+            if options.punctuation == "halfwidth":
+                ch = unicodedata.normalize("NFKC", ch).translate(_CJK_PUNCT_TO_ASCII)
+        else:
+            # Full-width letters and digits (ＡＢＣ１２) are the same text as ABC12.
+            ch = unicodedata.normalize("NFKC", ch)
+        kept.append(ch.lower() if options.case == "lower" else ch)
+    out = "".join(kept)
+    if options.spaces == "remove":
+        return "".join(out.split())
+    if options.spaces == "cjk":
+        return " ".join(_SPACE_NEXT_TO_HAN.sub("", out).split())
+    return out
+
+
+def _convert_numerals(text: str, to: str) -> str:
+    """Chinese numerals to Arabic digits or back, by cn2an's sentence-level conversion."""
+    import cn2an
+
+    return cn2an.transform(text, "cn2an" if to == "arabic" else "an2cn")
 
 
 @cache
@@ -242,7 +353,8 @@ def _english_spelling() -> dict[str, str]:
 
 
 @cache
-def _opencc(config: str):
+def opencc_converter(config: str):
+    """OpenCC's converter for a table name such as s2tw (one per table, reused)."""
     import opencc
 
     return opencc.OpenCC(f"{config}.json")

@@ -9,7 +9,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example). The
     RUN/trainer_state.json  the whole run's log history and best checkpoint
     RUN/final/            model + processor + generation config (from_pretrained-ready);
                           for LoRA runs the adapter, with processor and generation config
-    RUN/eval/             predictions.jsonl and metrics.json of the final model
+    RUN/eval/             predictions.jsonl and metrics.json of the final model;
+                          regression.json: --regression_manifest before and after (guard.py)
     RUN/logs/             TensorBoard events
 """
 
@@ -65,15 +66,18 @@ def train(
         DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
         ModelLoadError: the model cannot be resolved.
     """
+    from fitwhisper.codeswitch import configure_no_language_token, dataset_language
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
     from fitwhisper.memory.backoff import BackoffTrainer, release_memory
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
+    from fitwhisper.models.presets import apply_model_preset
     from fitwhisper.models.resolve import load_model, load_processor
     from fitwhisper.resume import checkpoint_marker, fingerprint
 
+    model_cfg = apply_model_preset(model_cfg)  # Breeze-ASR-25: zh, Traditional output
     validate(model_cfg, data_cfg, train_cfg)
     if method_of(model_cfg) != "full" and not model_cfg.use_lora:
         # Quantised weights cannot be trained directly; the run record says what ran.
@@ -82,7 +86,7 @@ def train(
     out = Path(train_cfg.output_dir)
 
     # 0. Resume or start afresh; refuses a checkpoint whose options or data differ.
-    manifests = _manifest_hashes(train_cfg)
+    manifests = _manifest_hashes(train_cfg, data_cfg)
     run_fingerprint = fingerprint(
         {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
     )
@@ -93,6 +97,10 @@ def train(
     # 1. Data: check every row before any weights load (the tokenizer is all it needs).
     processor = load_processor(model_cfg.model, **hub)
     train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out, manifests)
+    # Output script, language tokens, rehearsal rows and the regression set (guard.py).
+    train_rows, eval_rows, regression = _mandarin_rows(
+        model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows
+    )
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
@@ -100,12 +108,15 @@ def train(
     model = load_model(model_cfg.model, **hub, **load_kwargs(model_cfg, train_cfg))
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
+    if data_cfg.language_token == "none":
+        configure_no_language_token(model, model_cfg.task)
     model = prepare_for_training(model, model_cfg, train_cfg)
 
     # 3. Datasets decode audio and make features as batches are drawn.
-    train_ds = SpeechDataset(train_rows, processor, language=language, task=model_cfg.task)
+    ds_language = dataset_language(data_cfg.language_token, language)
+    train_ds = SpeechDataset(train_rows, processor, language=ds_language, task=model_cfg.task)
     eval_ds = (
-        SpeechDataset(eval_rows, processor, language=language, task=model_cfg.task)
+        SpeechDataset(eval_rows, processor, language=ds_language, task=model_cfg.task)
         if eval_rows
         else None
     )
@@ -150,6 +161,9 @@ def train(
         ],
     )
 
+    if regression is not None:
+        regression.score_before(trainer.model)  # the starting weights: Trainer loads later
+
     # 5. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
     #    resuming) and save a from_pretrained-ready model with its processor; with
     #    load_best_model_at_end, trainer.model is the best checkpoint's by now.
@@ -177,6 +191,8 @@ def train(
             batch_size=train_cfg.per_device_eval_batch_size,
             generation_max_length=train_cfg.generation_max_length,
             collator=collator,
+            output_script=None,  # the model's own output: its script share is the point
+            expected_script=_expected_script(model_cfg),
         )
         res.write(out / "eval")
         eval_metrics = {res.score.metric: res.score.normalized}
@@ -187,6 +203,15 @@ def train(
             100 * res.score.normalized,
             res.score.normalizer,
         )
+        if "script" in (extra := res.extra_figures()):
+            eval_metrics["script_share"] = extra["script"]["share_in_expected_script"]
+    if regression is not None:
+        if eval_ds is None:
+            _free_training_memory(trainer)
+            release_memory()
+        report = regression.score_after(trainer.model, out / "eval")
+        eval_metrics["regression_before"] = report.before.score.normalized
+        eval_metrics["regression_after"] = report.after.score.normalized
     return TrainResult(
         output_dir=out,
         final_dir=final_dir,
@@ -257,6 +282,9 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     from fitwhisper.methods import problems as method_problems
 
     problems += method_problems(model_cfg, train_cfg)
+    from fitwhisper.guard import option_problems
+
+    problems += option_problems(model_cfg, data_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),
@@ -388,13 +416,63 @@ def _prepare_output_dir(out: Path, cfg: TrainConfig, run_fingerprint: dict) -> P
     return None
 
 
-def _manifest_hashes(cfg: TrainConfig) -> dict[str, dict[str, str | None]]:
+def _manifest_hashes(
+    cfg: TrainConfig, data_cfg: DataConfig | None = None
+) -> dict[str, dict[str, str | None]]:
     """Path and sha256 of each manifest file (None for folders: audiofolder, save_to_disk)."""
+    rehearsal = data_cfg.rehearsal_manifest if data_cfg else None
     return {
         split: {"path": str(path), "sha256": _sha256(path)}
-        for split, path in (("train", cfg.train_manifest), ("eval", cfg.eval_manifest))
+        for split, path in (
+            ("train", cfg.train_manifest),
+            ("eval", cfg.eval_manifest),
+            ("rehearsal", rehearsal),
+            ("regression", cfg.regression_manifest),
+        )
         if path
     }
+
+
+def _expected_script(model_cfg: ModelConfig) -> str:
+    from fitwhisper.script import expected_script
+
+    return expected_script(model_cfg.output_script) or "auto"
+
+
+def _mandarin_rows(model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows):
+    """Training and eval rows in the output script and with the language-token strategy,
+    rehearsal rows mixed in (counted), and the regression guard (None without the option)."""
+    from fitwhisper.codeswitch import rows_for_strategy
+    from fitwhisper.evaluate import checked_rows
+    from fitwhisper.guard import RegressionGuard, mix_rehearsal
+    from fitwhisper.script import rows_in_script
+
+    train_rows = rows_for_strategy(rows_in_script(train_rows, model_cfg.output_script),
+                                   data_cfg.language_token)  # fmt: skip
+    eval_rows = rows_for_strategy(eval_rows, data_cfg.language_token)
+    if data_cfg.rehearsal_manifest:
+        extra, skipped = checked_rows(data_cfg.rehearsal_manifest, processor, data_cfg.bad_rows)
+        n_train = len(train_rows)
+        train_rows, added = mix_rehearsal(train_rows, extra, data_cfg.rehearsal_share,
+                                          train_cfg.seed)  # fmt: skip
+        log.info(
+            "rehearsal: %d rows drawn from %d usable of %s (%d skipped) = %.1f%% of %d "
+            "training rows",
+            added, len(extra), data_cfg.rehearsal_manifest, len(skipped),
+            100 * added / len(train_rows), len(train_rows),
+        )  # fmt: skip
+        assert len(train_rows) == n_train + added
+    regression = None
+    if train_cfg.regression_manifest:
+        rows, skipped = checked_rows(train_cfg.regression_manifest, processor, data_cfg.bad_rows)
+        if skipped:
+            log.warning("regression set: %d rows skipped (--bad_rows skip)", len(skipped))
+        regression = RegressionGuard(
+            rows, processor, train_cfg.regression_manifest, language=model_cfg.language,
+            task=model_cfg.task, batch_size=train_cfg.per_device_eval_batch_size,
+            generation_max_length=train_cfg.generation_max_length,
+        )  # fmt: skip
+    return train_rows, eval_rows, regression
 
 
 def _best_metric(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:

@@ -9,7 +9,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     from dataclasses import fields
 
     from fitwhisper.config import DataConfig
-    from fitwhisper.scoring import NORMALIZERS, OPENCC_CONFIGS
+    from fitwhisper.scoring import NORMALIZE_OPTION_CHOICES, NORMALIZERS, OPENCC_CONFIGS
 
     p = sub.add_parser(
         "evaluate",
@@ -47,9 +47,10 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     )
     p.add_argument(
         "--metric",
-        choices=["wer", "cer"],
+        choices=["wer", "cer", "mer"],
         help="Default: CER for languages written without spaces (Chinese, Japanese, Thai, ...), "
-        "WER otherwise.",
+        "WER otherwise. mer: mixed error rate for code-switched text, each Chinese character "
+        "and each other word (English, numbers) one token; CER and MER are reported together.",
     )
     p.add_argument(
         "--normalizer",
@@ -66,6 +67,39 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         metavar="CONFIG",
         help="OpenCC conversion applied to both sides before normalising: none (default) or "
         f"one of {', '.join(OPENCC_CONFIGS)} (e.g. s2tw: Simplified to Taiwan Traditional).",
+    )
+    # The chinese normaliser's options, stated in every report with the normaliser.
+    option_help = {
+        "punctuation": "remove (default): full- and half-width punctuation dropped; halfwidth: "
+        "kept, full-width and CJK marks folded to ASCII (，=, 。=.); keep: as written.",
+        "spaces": "cjk (default): removed next to Chinese characters, one kept between other "
+        "words; remove: all; keep: as written.",
+        "case": "lower (default): Latin letters lower-cased; keep: as written.",
+        "numerals": "keep (default): as written; arabic: Chinese numerals to digits (二十九 -> "
+        "29); chinese: digits to Chinese numerals. Applied to both sides.",
+    }
+    for name, choices in NORMALIZE_OPTION_CHOICES.items():
+        p.add_argument(
+            f"--{name}",
+            choices=choices,
+            default=choices[0],
+            help=f"chinese normaliser: {option_help[name]}",
+        )
+    p.add_argument(
+        "--output_script",
+        default="none",
+        metavar="SCRIPT",
+        help="Convert the model's output into this Chinese script before scoring: none "
+        "(default), traditional (OpenCC s2tw, for zh-TW), simplified (t2s), or an OpenCC table "
+        "such as s2twp. Unlike --opencc, references stay as written.",
+    )
+    p.add_argument(
+        "--expected_script",
+        choices=["auto", "traditional", "simplified", "none"],
+        default="auto",
+        help="Report the share of output Han characters valid in this script. auto "
+        "(default): the --output_script, else the script of the references (none for text "
+        "without script-specific characters).",
     )
     p.add_argument(
         "--bad_rows",
@@ -96,6 +130,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.config import DataConfig
     from fitwhisper.evaluate import compare_manifest, evaluate_manifest
+    from fitwhisper.scoring import NormalizeOptions
 
     options = dict(
         language=args.language,
@@ -106,6 +141,14 @@ def run(args: argparse.Namespace) -> int:
         metric=args.metric,
         normalizer=args.normalizer,
         opencc=args.opencc,
+        options=NormalizeOptions(
+            punctuation=args.punctuation,
+            spaces=args.spaces,
+            case=args.case,
+            numerals=args.numerals,
+        ),
+        output_script=args.output_script,
+        expected_script=args.expected_script,
         bad_rows=args.bad_rows,
         data_cfg=DataConfig(
             audio_column=args.audio_column,
