@@ -190,3 +190,27 @@ def test_run_scores_the_regression_set_before_and_after_and_mixes_rehearsal(
     # The run record keeps the rehearsal and regression manifests' hashes (resume checks them).
     record = (tmp_path / "run" / "fitwhisper.yaml").read_text()
     assert "rehearsal:" in record and "regression:" in record
+
+
+@pytest.mark.parametrize("strategy", ["fixed", "none"])
+def test_evaluate_honours_the_language_token_strategy(
+    tiny_multilingual_dir: Path, tmp_path: Path, strategy: str
+):
+    from fitwhisper.evaluate import evaluate_manifest
+
+    rows = [
+        {"audio": str(_tone(tmp_path / f"{i}.wav", 1.0, 300 + 50 * i)), "text": t, "language": g}
+        for i, (t, g) in enumerate([("我们", "zh"), ("hello", "en")])
+    ]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    res = evaluate_manifest(
+        str(tiny_multilingual_dir),
+        path,
+        language="zh",
+        generation_max_length=6,
+        data_cfg=DataConfig(language_token=strategy),
+    )
+    # Tags (the per-language breakdown) stay the rows' own, whatever prompted them.
+    assert res.languages == ("zh", "en")
+    assert set(res.metrics()["by_language"]) == {"zh", "en"}

@@ -523,6 +523,7 @@ def evaluate_manifest(
         generation_max_length=generation_max_length, metric=metric, normalizer=normalizer,
         opencc=opencc, options=options, output_script=output_script,
         expected_script=expected_script,
+        language_token=data_cfg.language_token if data_cfg else "per_row",
     )  # fmt: skip
     return dataclasses.replace(res, manifest=str(manifest_path), skipped=skipped)
 
@@ -546,13 +547,15 @@ def compare_manifest(
     )  # fmt: skip
     check_output_script(kwargs.get("output_script"))
     processor = load_processor(model_spec)
+    data_cfg = kwargs.pop("data_cfg", None)
     rows, skipped = checked_rows(
         manifest_path,
         processor,
         kwargs.pop("bad_rows", "error"),
         kwargs.pop("max_samples", None),
-        kwargs.pop("data_cfg", None),
+        data_cfg,
     )
+    kwargs["language_token"] = data_cfg.language_token if data_cfg else "per_row"
     results = []
     for spec, proc in ((model_spec, processor), (baseline_spec, load_processor(baseline_spec))):
         res = _evaluate_rows(spec, proc, rows, **kwargs)
@@ -605,19 +608,26 @@ def _evaluate_rows(
     options: NormalizeOptions | None = None,
     output_script: str | None = None,
     expected_script: str | None = "auto",
+    language_token: str = "per_row",
 ) -> EvalResult:
+    from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model
 
     model = load_model(model_spec)
     lang = language_for(model, language)
-    # A row's own language wins for its prompt, as in training.
-    per_row = [language_for(model, r.language) if r.language else lang for r in rows]
+    # A row's own language wins for its prompt, as in training (codeswitch.py: unless the
+    # language-token strategy is fixed or none).
+    prompted = rows_for_strategy(rows, language_token)
+    per_row = [language_for(model, r.language) if r.language else lang for r in prompted]
     if len(set(per_row)) == 1:
         lang, per_row = per_row[0], None
     configure_generation(model, lang, task)
-    dataset = SpeechDataset(rows, processor, language=lang, task=task)
+    if language_token == "none":
+        configure_no_language_token(model, task)
+        lang = None
+    dataset = SpeechDataset(prompted, processor, language=lang, task=task)
     try:
         return evaluate_model(
             model,
@@ -637,7 +647,7 @@ def _evaluate_rows(
             options=options,
             output_script=output_script,
             expected_script=expected_script,
-            tags=[r.language or lang for r in rows],
+            tags=[r.language or language for r in rows],
         )
     finally:
         # Free the model before the next one loads (--compare): memory is released between

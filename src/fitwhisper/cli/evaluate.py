@@ -124,6 +124,13 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     for name in ("audio_column", "text_column", "language_column"):
         f = data_fields[name]
         p.add_argument(f"--{name}", default=f.default, help=f.metadata["help"])
+    f = data_fields["language_token"]
+    p.add_argument(
+        "--language_token",
+        choices=["per_row", "fixed", "none"],
+        default=f.default,
+        help=f.metadata["help"] + " Use the value the model was trained with.",
+    )
     p.set_defaults(func=run)
 
 
@@ -154,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             audio_column=args.audio_column,
             text_column=args.text_column,
             language_column=args.language_column,
+            language_token=args.language_token,
         ),
     )
     if args.compare:
