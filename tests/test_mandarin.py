@@ -161,7 +161,8 @@ def test_run_scores_the_regression_set_before_and_after_and_mixes_rehearsal(
     caplog.set_level("INFO", logger="fitwhisper")
     result = train(
         ModelConfig(model=str(tiny_multilingual_dir), language="zh", output_script="traditional"),
-        DataConfig(rehearsal_manifest=str(english), rehearsal_share=0.2),
+        # No language token for the Mandarin rows: the guard still prompts English as en.
+        DataConfig(rehearsal_manifest=str(english), rehearsal_share=0.2, language_token="none"),
         TrainConfig(
             output_dir=str(tmp_path / "run"),
             train_manifest=str(train_m),
@@ -187,6 +188,9 @@ def test_run_scores_the_regression_set_before_and_after_and_mixes_rehearsal(
     metrics = json.loads((tmp_path / "run" / "eval" / "metrics.json").read_text())
     assert metrics["script"]["expected_script"] == "traditional"  # from --output_script
     assert result.eval_metrics["regression_before"] == report["before"]["wer"]
+    # The saved model prompts without a language token, as it was trained.
+    saved = json.loads((result.final_dir / "generation_config.json").read_text())
+    assert saved.get("language") is None and len(saved["forced_decoder_ids"]) == 2
     # The run record keeps the rehearsal and regression manifests' hashes (resume checks them).
     record = (tmp_path / "run" / "fitwhisper.yaml").read_text()
     assert "rehearsal:" in record and "regression:" in record
