@@ -82,6 +82,39 @@ class RegressionReport:
         )
 
 
+def prepare_rows(model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows):
+    """Training and eval rows in the output script and with the language-token strategy,
+    rehearsal rows mixed in (counted), and the regression guard (None without the option)."""
+    from fitwhisper.codeswitch import rows_for_strategy
+    from fitwhisper.evaluate import checked_rows
+    from fitwhisper.script import rows_in_script
+
+    train_rows = rows_for_strategy(rows_in_script(train_rows, model_cfg.output_script),
+                                   data_cfg.language_token)  # fmt: skip
+    eval_rows = rows_for_strategy(eval_rows, data_cfg.language_token)
+    if data_cfg.rehearsal_manifest:
+        extra, skipped = checked_rows(data_cfg.rehearsal_manifest, processor, data_cfg.bad_rows)
+        train_rows, added = mix_rehearsal(train_rows, extra, data_cfg.rehearsal_share,
+                                          train_cfg.seed)  # fmt: skip
+        log.info(
+            "rehearsal: %d rows drawn from %d usable of %s (%d skipped) = %.1f%% of %d "
+            "training rows",
+            added, len(extra), data_cfg.rehearsal_manifest, len(skipped),
+            100 * added / len(train_rows), len(train_rows),
+        )  # fmt: skip
+    regression = None
+    if train_cfg.regression_manifest:
+        rows, skipped = checked_rows(train_cfg.regression_manifest, processor, data_cfg.bad_rows)
+        if skipped:
+            log.warning("regression set: %d rows skipped (--bad_rows skip)", len(skipped))
+        regression = RegressionGuard(
+            rows, processor, train_cfg.regression_manifest, language=model_cfg.language,
+            task=model_cfg.task, batch_size=train_cfg.per_device_eval_batch_size,
+            generation_max_length=train_cfg.generation_max_length,
+        )  # fmt: skip
+    return train_rows, eval_rows, regression
+
+
 def option_problems(model_cfg, data_cfg, train_cfg) -> list[str]:
     """Problems of the guard, rehearsal, language-token and output-script options."""
     from fitwhisper.errors import ConfigError

@@ -69,6 +69,7 @@ def train(
     from fitwhisper.codeswitch import configure_no_language_token, dataset_language
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
+    from fitwhisper.guard import prepare_rows
     from fitwhisper.memory.backoff import BackoffTrainer, release_memory
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
@@ -76,6 +77,7 @@ def train(
     from fitwhisper.models.presets import apply_model_preset
     from fitwhisper.models.resolve import load_model, load_processor
     from fitwhisper.resume import checkpoint_marker, fingerprint
+    from fitwhisper.script import expected_script
 
     model_cfg = apply_model_preset(model_cfg)  # Breeze-ASR-25: zh, Traditional output
     validate(model_cfg, data_cfg, train_cfg)
@@ -98,7 +100,7 @@ def train(
     processor = load_processor(model_cfg.model, **hub)
     train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out, manifests)
     # Output script, language tokens, rehearsal rows and the regression set (guard.py).
-    train_rows, eval_rows, regression = _mandarin_rows(
+    train_rows, eval_rows, regression = prepare_rows(
         model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows
     )
 
@@ -192,7 +194,7 @@ def train(
             generation_max_length=train_cfg.generation_max_length,
             collator=collator,
             output_script=None,  # the model's own output: its script share is the point
-            expected_script=_expected_script(model_cfg),
+            expected_script=expected_script(model_cfg.output_script) or "auto",
         )
         res.write(out / "eval")
         eval_metrics = {res.score.metric: res.score.normalized}
@@ -431,48 +433,6 @@ def _manifest_hashes(
         )
         if path
     }
-
-
-def _expected_script(model_cfg: ModelConfig) -> str:
-    from fitwhisper.script import expected_script
-
-    return expected_script(model_cfg.output_script) or "auto"
-
-
-def _mandarin_rows(model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows):
-    """Training and eval rows in the output script and with the language-token strategy,
-    rehearsal rows mixed in (counted), and the regression guard (None without the option)."""
-    from fitwhisper.codeswitch import rows_for_strategy
-    from fitwhisper.evaluate import checked_rows
-    from fitwhisper.guard import RegressionGuard, mix_rehearsal
-    from fitwhisper.script import rows_in_script
-
-    train_rows = rows_for_strategy(rows_in_script(train_rows, model_cfg.output_script),
-                                   data_cfg.language_token)  # fmt: skip
-    eval_rows = rows_for_strategy(eval_rows, data_cfg.language_token)
-    if data_cfg.rehearsal_manifest:
-        extra, skipped = checked_rows(data_cfg.rehearsal_manifest, processor, data_cfg.bad_rows)
-        n_train = len(train_rows)
-        train_rows, added = mix_rehearsal(train_rows, extra, data_cfg.rehearsal_share,
-                                          train_cfg.seed)  # fmt: skip
-        log.info(
-            "rehearsal: %d rows drawn from %d usable of %s (%d skipped) = %.1f%% of %d "
-            "training rows",
-            added, len(extra), data_cfg.rehearsal_manifest, len(skipped),
-            100 * added / len(train_rows), len(train_rows),
-        )  # fmt: skip
-        assert len(train_rows) == n_train + added
-    regression = None
-    if train_cfg.regression_manifest:
-        rows, skipped = checked_rows(train_cfg.regression_manifest, processor, data_cfg.bad_rows)
-        if skipped:
-            log.warning("regression set: %d rows skipped (--bad_rows skip)", len(skipped))
-        regression = RegressionGuard(
-            rows, processor, train_cfg.regression_manifest, language=model_cfg.language,
-            task=model_cfg.task, batch_size=train_cfg.per_device_eval_batch_size,
-            generation_max_length=train_cfg.generation_max_length,
-        )  # fmt: skip
-    return train_rows, eval_rows, regression
 
 
 def _best_metric(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:
