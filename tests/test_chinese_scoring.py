@@ -1,6 +1,8 @@
 """Chinese and code-switched scoring pinned on hand-written examples: CER, MER, the share of
 output in the expected script, and every normalisation option (issue 7, acceptance 1)."""
 
+import json
+
 import pytest
 
 from fitwhisper.errors import ConfigError
@@ -171,3 +173,34 @@ def test_report_has_mer_script_share_and_a_breakdown_per_language():
     summary = res.format_summary()
     assert "traditional share  88.89%  of 9 Han characters in the output" in summary
     assert "wrong script: 们" in summary
+
+
+def test_comparison_shows_mer_and_script_share_of_both_models(tmp_path):
+    from fitwhisper.evaluate import Comparison
+
+    refs = ("我們去台北", "我用iPhone拍照")
+    metric, norm = make_scorer("zh")
+
+    def result(name, hyps):
+        return EvalResult(
+            score=score(list(refs), list(hyps), metric, norm),
+            references=refs,
+            hypotheses=hyps,
+            ids=("a", "b"),
+            normalizer=norm,
+            model=name,
+            expected_script="traditional",
+        )
+
+    cmp = Comparison(
+        model=result("fine-tuned", ("我們去台北", "我用iphone拍照")),
+        baseline=result("zero-shot", ("我们去台北", "我用 i phone 拍照")),
+    )
+    table = cmp.format_table()
+    assert "traditional share of output Han characters: 100.00% (model), 88.89% (--compare)" in (
+        table
+    )
+    assert "MER normalised" in table
+    written = json.loads(cmp.write(tmp_path)["comparison"].read_text())
+    assert written["baseline"]["script"]["wrong_script_characters"] == 1
+    assert written["baseline"]["mer"] == pytest.approx(3 / 10)
