@@ -38,6 +38,14 @@ def test_english_normalizer_standardises_spelling_with_the_shipped_table():
     assert n("The colour of the Harbour") == "the color of the harbor"
 
 
+def test_english_normalizer_scores_written_and_spoken_digit_strings_alike():
+    # Whisper's normaliser makes "eight four zero" one token "840" but "8, 4, 0" three.
+    s = score(["eight four zero", "room three four"], ["8, 4, 0.", "Room 3, 4"], "wer",
+              TextNormalizer("whisper_english"))  # fmt: skip
+    assert s.errors == 0
+    assert TextNormalizer("whisper_english")("room 12 and 3 4") == "room 12 and 34"
+
+
 def test_chinese_normalizer_drops_fullwidth_and_ascii_punctuation_and_spaces():
     n = TextNormalizer("chinese")
     assert n("你好，世界。 OK! 「測試」") == "你好世界ok測試"

@@ -97,7 +97,9 @@ class TextNormalizer:
     """Maps text to the form it is scored in.
 
     - ``whisper_english``: Whisper's English normaliser (lower case, numbers and spellings
-      standardised, punctuation removed), from transformers with openai/whisper's table.
+      standardised, punctuation removed), from transformers with openai/whisper's table;
+      runs of single digits are then joined ("8 4 0" -> "840"), as it already joins spelled
+      ones ("eight four zero" -> "840").
     - ``whisper_basic``: Whisper's language-neutral normaliser (lower case, punctuation and
       symbols to spaces).
     - ``chinese``: by default punctuation (full- and half-width) removed, spaces removed next
@@ -299,7 +301,8 @@ def _build(name: NormalizerName, options: NormalizeOptions):
     if name == "whisper_english":
         from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
-        return EnglishTextNormalizer(_english_spelling())
+        english = EnglishTextNormalizer(_english_spelling())
+        return lambda text: _join_digit_runs(english(text))
     if name == "whisper_basic":
         from transformers.models.whisper.english_normalizer import BasicTextNormalizer
 
@@ -307,6 +310,15 @@ def _build(name: NormalizerName, options: NormalizeOptions):
     if name == "chinese":
         return lambda text: _normalize_chinese(text, options)
     raise ValueError(f"unknown normalizer {name!r}")
+
+
+# Whisper's English normaliser joins spelled digits ("eight four zero" -> "840") but leaves
+# written ones apart ("8, 4, 0" -> "8 4 0"): the same digit string would score 300% WER.
+_DIGIT_RUN = re.compile(r"(?<!\S)\d(?: \d)+(?!\S)")
+
+
+def _join_digit_runs(text: str) -> str:
+    return _DIGIT_RUN.sub(lambda m: m.group().replace(" ", ""), text)
 
 
 # CJK punctuation with no NFKC half-width form, folded to the ASCII mark it stands for.
