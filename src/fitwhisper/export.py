@@ -128,9 +128,11 @@ def rescore(
     max_samples: int | None = None,
     batch_size: int = 8,
     device: str = "cpu",
+    opencc: str | None = None,
 ) -> Rescore:
     """Score the source model and its export on the same manifest rows (greedy, no
-    temperature fallback, no timestamps: the settings of `fitwhisper evaluate`)."""
+    temperature fallback, no timestamps: the settings of `fitwhisper evaluate`); `opencc`
+    converts both sides' script before scoring, as `evaluate --opencc` does."""
     from fitwhisper.data.audio import load_audio
     from fitwhisper.evaluate import checked_rows, evaluate_manifest, make_scorer, scoring_language
     from fitwhisper.models.resolve import load_processor
@@ -139,7 +141,12 @@ def rescore(
     from fitwhisper.transcribe.options import TranscribeOptions
 
     source = evaluate_manifest(
-        source_spec, manifest, language=language, max_samples=max_samples, batch_size=batch_size
+        source_spec,
+        manifest,
+        language=language,
+        max_samples=max_samples,
+        batch_size=batch_size,
+        opencc=opencc,
     )
     rows, _ = checked_rows(manifest, load_processor(source_spec), "error", max_samples)
     opts = TranscribeOptions(
@@ -153,7 +160,7 @@ def rescore(
     texts = [
         t.text for t in engine.transcribe([r.id for r in rows], [load_audio(r.audio) for r in rows])
     ]
-    metric, norm = make_scorer(scoring_language(rows, language))
+    metric, norm = make_scorer(scoring_language(rows, language), opencc=opencc)
     exported_score = score([r.text for r in rows], texts, metric, norm)
     return Rescore(source.score, exported_score, len(rows))
 

@@ -7,6 +7,7 @@ import argparse
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     from fitwhisper.export import QUANTIZATIONS
+    from fitwhisper.scoring import OPENCC_CONFIGS
 
     p = sub.add_parser(
         "export",
@@ -31,7 +32,13 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     p.add_argument("--manifest", help="Re-score this manifest with both models.")
     p.add_argument("--language", help="Language of the manifest's speech, e.g. zh.")
     p.add_argument("--max_samples", type=int, help="Score only the first N rows.")
-    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument(
+        "--opencc",
+        metavar="CONFIG",
+        choices=OPENCC_CONFIGS,
+        help="OpenCC conversion of both sides before scoring, as for evaluate (e.g. t2s).",
+    )
+    p.add_argument("--batch_size", type=int, default=8, help="Clips per batch when re-scoring.")
     p.add_argument("--force", action="store_true", help="Replace OUT if it exists.")
     p.set_defaults(func=run)
 
@@ -53,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             language=args.language,
             max_samples=args.max_samples,
             batch_size=args.batch_size,
+            opencc=args.opencc,
         )
         print(s.format())
         report = Path(r.out) / "export_report.json"

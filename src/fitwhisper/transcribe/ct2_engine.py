@@ -1,8 +1,9 @@
 """The CTranslate2 engine: faster-whisper on a CTranslate2 model folder.
 
-Files longer than 30 s run through faster-whisper's `WhisperModel.transcribe` (Whisper's
-sequential long-form algorithm) or, with `--mode batched`, its `BatchedInferencePipeline`
-(voice-activity chunks decoded in batches). Clips of up to 30 s are batched *across files*:
+Files longer than 30 s run through faster-whisper's `BatchedInferencePipeline`
+(voice-activity chunks decoded in batches; `--mode auto` and `batched`) or, with
+`--mode sequential`, its `WhisperModel.transcribe` (Whisper's sequential long-form
+algorithm). Clips of up to 30 s are batched *across files*:
 they are laid end to end and handed to `BatchedInferencePipeline` with one
 `clip_timestamps` entry per file, so each is decoded whole, in batches of `--batch_size`,
 by faster-whisper's own code; the segments are mapped back to their files.
@@ -89,12 +90,14 @@ class CT2Engine:
             or TEXT_COMPRESSION_RATIO_THRESHOLD,
             log_prob_threshold=o.logprob_threshold,
             no_speech_threshold=o.no_speech_threshold,
+            max_new_tokens=o.max_new_tokens,
         )
 
     def _one_file(self, name: str, audio: np.ndarray, progress) -> Transcript:
         o = self.opts
         duration = len(audio) / SAMPLE_RATE_HZ
-        if o.mode == "batched" and duration > SHORT_CLIP_S:
+        # auto: batched, the faster at equal CER on CPU (bench/RESULTS-transcribe.md).
+        if o.mode != "sequential" and duration > SHORT_CLIP_S:
             segments, info = self.pipeline.transcribe(
                 audio,
                 batch_size=o.batch_size,

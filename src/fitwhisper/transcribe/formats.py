@@ -120,4 +120,4 @@ def _one_line(text: str) -> str:
 def _join(texts) -> str:
     """Segment texts joined; Whisper's BPE keeps the leading space of space-separated
     languages inside the text, so plain concatenation is right for both kinds."""
-    return "".join(texts).strip()
+    return "".join(t for t in texts if t.strip()).strip()

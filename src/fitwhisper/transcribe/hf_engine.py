@@ -58,7 +58,8 @@ class TransformersEngine:
         self.language = language_for(self.model, opts.language) or (
             gen.language if self.multilingual else None
         )
-        self._lang_of_id = {v: k.strip("<|>") for k, v in (gen.lang_to_id or {}).items()}
+        lang_to_id = getattr(gen, "lang_to_id", None) or {}
+        self._lang_of_id = {v: k.strip("<|>") for k, v in lang_to_id.items()}
         self.prompt_ids = (
             self.processor.get_prompt_ids(opts.initial_prompt, return_tensors="pt").to(device)
             if opts.initial_prompt
@@ -86,10 +87,12 @@ class TransformersEngine:
                 done[0] = now
 
         ratio = opts.compression_ratio_threshold or HF_COMPRESSION_RATIO_THRESHOLD
+        # Without timestamps a clip of up to 30 s is one generate call (no seeking).
+        plain = opts.timestamps == "none" and feats.shape[-1] <= SHORT_CLIP_S * MEL_FRAMES_PER_S
         kwargs = dict(
             attention_mask=mask,
-            return_timestamps=True,
-            return_segments=True,
+            return_timestamps=not plain,
+            return_segments=not plain,
             num_beams=opts.beam_size,
             condition_on_prev_tokens=opts.condition_on_previous_text,
             temperature=opts.temperatures if len(opts.temperatures) > 1 else 0.0,
@@ -102,6 +105,8 @@ class TransformersEngine:
             kwargs.update(language=langs, task=opts.task)
         if self.prompt_ids is not None:
             kwargs["prompt_ids"] = self.prompt_ids
+        if opts.max_new_tokens:
+            kwargs["max_new_tokens"] = opts.max_new_tokens
         with torch.inference_mode():
             out = self.model.generate(feats.to(self.device, self.model.dtype), **kwargs)
         total = sum(len(a) for a in audios) / SAMPLE_RATE_HZ
@@ -110,7 +115,11 @@ class TransformersEngine:
         results = []
         for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
             duration = len(audio) / SAMPLE_RATE_HZ
-            segments = self._segments(out["segments"][i], duration)
+            if plain:
+                text = self.processor.tokenizer.decode(out[i], skip_special_tokens=True)
+                segments = (Segment(0, 0.0, round(duration, 3), text),)
+            else:
+                segments = self._segments(out["segments"][i], duration)
             lang = langs[i] if langs else ("en" if not self.multilingual else None)
             results.append(Transcript(name, segments, lang, duration, engine=self.name))
         return results

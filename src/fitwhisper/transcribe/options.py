@@ -29,6 +29,7 @@ class TranscribeOptions:
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
     batch_size: int = 8
+    max_new_tokens: int | None = None  # per 30 s window; None: up to the model's limit
     mode: Mode = "auto"
     device: str = "auto"
     compute_type: str = "auto"  # CTranslate2 only: int8 on CPU, float16 on CUDA

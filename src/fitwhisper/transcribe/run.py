@@ -150,7 +150,9 @@ def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: s
         audio_path: any format `fitwhisper.data.audio.load_audio` decodes.
         device: "cpu", "cuda", "cuda:N" or "auto".
     """
-    opts = TranscribeOptions(device=device)
+    # Clips of up to 30 s in one generate call, as the ASR pipeline does; longer ones in
+    # Whisper's long-form algorithm.
+    opts = TranscribeOptions(device=device, timestamps="none")
     choice = EngineChoice("transformers", resolve_device(device), "the model as trained")
     engine = make_engine(str(model_spec), opts, choice)
     audio = load_audio(audio_path)
