@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append((name, set_name, len(audios), audio_s, wall, s.normalized))
             print(f"{name:55s} {set_name:5s} {audio_s / wall:6.2f} audio s/s  "
                   f"CER {100 * s.normalized:5.2f}%", file=sys.stderr, flush=True)  # fmt: skip
+            if args.out:  # after every row, so a cut-short run keeps what it measured
+                Path(args.out).write_text(_table(results, args, export_s))
     table = _table(results, args, export_s)
     print(table)
     if args.out:
@@ -226,9 +228,9 @@ def _rows(args, ct2_dir: Path) -> dict:
         f"transformers ASR pipeline (batch {bs}, fp32; long: chunk 30 s)": hf_pipeline,
         "fitwhisper transcribe (default: engine ct2, mode auto), int8": fitwhisper("ct2"),
         "fitwhisper transcribe --mode batched (ct2), int8": fitwhisper("ct2", "batched"),
-        "fitwhisper transcribe --engine transformers, fp32": fitwhisper("transformers"),
         "experiment: CT2 greedy, 30 s padded window (reference)": short_window(True),
         "experiment: CT2 greedy, window = clip + 1 s": short_window(False),
+        "fitwhisper transcribe --engine transformers, fp32": fitwhisper("transformers"),
     }
 
 
