@@ -50,10 +50,17 @@ def choose_engine(engine: str, model_spec: str, device: str) -> EngineChoice:
     from fitwhisper.models.resolve import resolve_model
 
     resolved = resolve_model(model_spec)
+    if engine == "ct2" and not _ct2_installed():
+        raise ConfigError(
+            "--engine ct2 needs ctranslate2 and faster-whisper",
+            hint="pip install 'fitwhisper[ct2]', or use --engine transformers",
+        )
     if engine in ("transformers", "ct2"):
         return EngineChoice(engine, device, "--engine " + engine)
     if engine != "auto":
         raise ConfigError(f"unknown --engine {engine!r}", hint="use auto, transformers or ct2")
+    if not _ct2_installed():
+        return EngineChoice("transformers", device, "ctranslate2/faster-whisper not installed")
     if resolved.adapter is not None:
         return EngineChoice("transformers", device, "a LoRA adapter runs unmerged")
     if device == "cpu":
@@ -160,6 +167,12 @@ def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: s
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _ct2_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("ctranslate2", "faster_whisper"))
 
 
 def _probe(f: Path) -> float | InputProblem:
