@@ -7,7 +7,16 @@ import pytest
 from fitwhisper.cli import build_parser, main
 from fitwhisper.errors import DataError
 
-COMMANDS = ("check-data", "import-ct2", "models", "demo", "train", "evaluate")
+COMMANDS = (
+    "check-data",
+    "import-ct2",
+    "models",
+    "demo",
+    "train",
+    "evaluate",
+    "transcribe",
+    "export",
+)
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,18 +17,32 @@ from fitwhisper.cli import (
     demo,
     doctor,
     evaluate,
+    export,
     import_ct2,
     merge,
     models,
     plan,
     train,
+    transcribe,
 )
 from fitwhisper.errors import FitWhisperError
 from fitwhisper.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
-COMMANDS = [check_data, import_ct2, models, demo, train, evaluate, merge, plan, doctor]
+COMMANDS = [
+    check_data,
+    import_ct2,
+    models,
+    demo,
+    train,
+    evaluate,
+    transcribe,
+    merge,
+    export,
+    plan,
+    doctor,
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,194 @@
+"""The CTranslate2 engine: faster-whisper on a CTranslate2 model folder.
+
+Files longer than 30 s run through faster-whisper's `BatchedInferencePipeline`
+(voice-activity chunks decoded in batches; `--mode auto` and `batched`) or, with
+`--mode sequential`, its `WhisperModel.transcribe` (Whisper's sequential long-form
+algorithm). Clips of up to 30 s are batched *across files*:
+they are laid end to end and handed to `BatchedInferencePipeline` with one
+`clip_timestamps` entry per file, so each is decoded whole, in batches of `--batch_size`,
+by faster-whisper's own code; the segments are mapped back to their files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.transcribe.formats import Segment, Transcript, Word
+from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+
+log = logging.getLogger(__name__)
+
+EXPORT_INFO = "fitwhisper_export.json"  # written by fitwhisper export: source, language, ...
+TEXT_COMPRESSION_RATIO_THRESHOLD = 2.4  # openai-whisper's, on the gzip ratio of the text
+
+
+class CT2Engine:
+    """Loads the CTranslate2 model once; `transcribe` takes a batch of decoded files."""
+
+    name = "ct2"
+
+    def __init__(self, folder: str | Path, opts: TranscribeOptions, device: str) -> None:
+        from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+        kind, _, index = device.partition(":")
+        compute_type = "default" if opts.compute_type == "auto" else opts.compute_type
+        self.model = WhisperModel(
+            str(folder),
+            device=kind,
+            device_index=int(index or 0),
+            compute_type=compute_type,
+            cpu_threads=opts.threads,
+        )
+        self.pipeline = BatchedInferencePipeline(self.model)
+        self.opts = opts
+        info = _export_info(Path(folder))
+        multilingual = self.model.model.is_multilingual
+        wanted = opts.language or info.get("language")
+        self.language = language_code(wanted) if multilingual and wanted else None
+        if not multilingual:
+            self.language = "en"
+
+    def transcribe(
+        self,
+        names: Sequence[str],
+        audios: Sequence[np.ndarray],
+        progress: Callable[[float], None] | None = None,
+    ) -> list[Transcript]:
+        """Transcribe a batch; `progress(seconds)` is called as audio is done."""
+        progress = progress or (lambda _s: None)
+        results: dict[int, Transcript] = {}
+        short = [i for i, a in enumerate(audios) if len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ]
+        # Across-file batching needs one prompt language for the batch.
+        if self.opts.mode != "sequential" and self.language and len(short) > 1:
+            batch = self._short_batched(
+                [names[i] for i in short], [audios[i] for i in short], progress
+            )
+            results.update(zip(short, batch, strict=True))
+        for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
+            if i not in results:
+                results[i] = self._one_file(name, audio, progress)
+        return [results[i] for i in range(len(audios))]
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _common(self) -> dict:
+        o = self.opts
+        return dict(
+            language=self.language,
+            task=o.task,
+            beam_size=o.beam_size,
+            best_of=o.beam_size,
+            initial_prompt=o.initial_prompt,
+            word_timestamps=o.timestamps == "word",
+            compression_ratio_threshold=o.compression_ratio_threshold
+            or TEXT_COMPRESSION_RATIO_THRESHOLD,
+            log_prob_threshold=o.logprob_threshold,
+            no_speech_threshold=o.no_speech_threshold,
+            max_new_tokens=o.max_new_tokens,
+        )
+
+    def _one_file(self, name: str, audio: np.ndarray, progress) -> Transcript:
+        o = self.opts
+        duration = len(audio) / SAMPLE_RATE_HZ
+        # auto: batched, the faster at equal CER on CPU (bench/RESULTS-transcribe.md).
+        if o.mode != "sequential" and duration > SHORT_CLIP_S:
+            segments, info = self.pipeline.transcribe(
+                audio,
+                batch_size=o.batch_size,
+                without_timestamps=o.timestamps == "none",
+                temperature=0.0,
+                **self._common(),
+            )
+        else:
+            segments, info = self.model.transcribe(
+                audio,
+                temperature=list(o.temperatures),
+                condition_on_previous_text=o.condition_on_previous_text,
+                without_timestamps=o.timestamps == "none" and duration <= SHORT_CLIP_S,
+                vad_filter=False,
+                **self._common(),
+            )
+        out, done = [], 0.0
+        for s in segments:  # a generator: decoding happens as it is consumed
+            out.append(_segment(len(out), s, 0.0, duration))
+            if s.end > done:
+                progress(min(s.end, duration) - done)
+                done = min(s.end, duration)
+        progress(duration - done)
+        return Transcript(name, tuple(out), info.language, duration, engine=self.name)
+
+    def _short_batched(self, names, audios, progress) -> list[Transcript]:
+        offsets = np.cumsum([0] + [len(a) for a in audios[:-1]]) / SAMPLE_RATE_HZ
+        durations = [len(a) / SAMPLE_RATE_HZ for a in audios]
+        clips = [
+            {"start": float(t), "end": float(t + d)}
+            for t, d in zip(offsets, durations, strict=True)
+        ]
+        segments, _info = self.pipeline.transcribe(
+            np.concatenate(audios),
+            clip_timestamps=clips,
+            vad_filter=False,
+            batch_size=self.opts.batch_size,
+            without_timestamps=self.opts.timestamps == "none",
+            temperature=0.0,
+            **self._common(),
+        )
+        per_file: list[list[Segment]] = [[] for _ in audios]
+        # Each segment carries `seek`, its clip's offset as faster-whisper computes it.
+        fps = self.model.frames_per_second
+        clip_of_seek = {int(c["start"] * fps): i for i, c in enumerate(clips)}
+        for s in segments:
+            i = clip_of_seek[s.seek]
+            per_file[i].append(_segment(len(per_file[i]), s, clips[i]["start"], durations[i]))
+        results = []
+        for name, segs, d in zip(names, per_file, durations, strict=True):
+            progress(d)
+            results.append(Transcript(name, tuple(segs), self.language, d, engine=self.name))
+        return results
+
+
+def language_code(language: str) -> str:
+    """`zh`, `<|zh|>`, `chinese` or `Chinese` -> `zh` (what faster-whisper takes)."""
+    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+
+    text = language.strip("<|>").lower()
+    return TO_LANGUAGE_CODE.get(text, text)
+
+
+def _segment(i: int, s, offset: float, duration: float) -> Segment:
+    start = min(max(s.start - offset, 0.0), duration)
+    end = min(max(s.end - offset, start), duration)
+    words = None
+    if s.words is not None:
+        words = tuple(
+            Word(
+                start=round(min(max(w.start - offset, 0.0), duration), 3),
+                end=round(min(max(w.end - offset, 0.0), duration), 3),
+                word=w.word,
+                probability=round(w.probability, 4),
+            )
+            for w in s.words
+        )
+    return Segment(
+        id=i,
+        start=round(start, 3),
+        end=round(end, 3),
+        text=s.text,
+        avg_logprob=round(s.avg_logprob, 4),
+        no_speech_prob=round(s.no_speech_prob, 4),
+        compression_ratio=round(s.compression_ratio, 4),
+        words=words,
+    )
+
+
+def _export_info(folder: Path) -> dict:
+    try:
+        return json.loads((folder / EXPORT_INFO).read_text())
+    except (OSError, ValueError):
+        return {}

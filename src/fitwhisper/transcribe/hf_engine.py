@@ -1,0 +1,198 @@
+"""The transformers engine: `WhisperForConditionalGeneration.generate`'s own long-form
+algorithm, batched over files.
+
+Any model the resolver accepts runs here, a LoRA adapter folder included: it loads as its
+base plus a PeftModel, unmerged. Files longer than 30 s go to `generate` whole, with an
+attention mask, so transformers runs Whisper's sequential algorithm on them (timestamps,
+previous-text conditioning, temperature fallback on compression ratio and log-probability,
+no-speech skipping); shorter files take the same path in one window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.errors import ConfigError
+from fitwhisper.transcribe.formats import Segment, Transcript
+from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+
+log = logging.getLogger(__name__)
+
+# transformers measures repetition on token ids (zlib ratio of their bytes), not on text as
+# openai-whisper does; its documentation recommends 1.35 where openai-whisper uses 2.4.
+HF_COMPRESSION_RATIO_THRESHOLD = 1.35
+MEL_FRAMES_PER_S = 100
+
+
+class TransformersEngine:
+    """Loads the model once; `transcribe` takes a batch of decoded files."""
+
+    name = "transformers"
+
+    def __init__(self, model_spec: str, opts: TranscribeOptions, device: str) -> None:
+        import torch
+
+        from fitwhisper.models.generation import language_for
+        from fitwhisper.models.resolve import load_model, load_processor
+
+        if opts.timestamps == "word":
+            raise ConfigError(
+                "--timestamps word needs the ct2 engine",
+                hint="pass --engine ct2 (fitwhisper exports the model to CTranslate2 once, "
+                "cached), or --timestamps segment",
+            )
+        if opts.threads and device == "cpu":
+            torch.set_num_threads(opts.threads)
+        self.opts = opts
+        self.device = device
+        self.processor = load_processor(model_spec)
+        dtype = torch.float16 if device.startswith("cuda") else torch.float32
+        self.model = load_model(model_spec, dtype=dtype).to(device).eval()
+        gen = self.model.generation_config
+        self.multilingual = bool(getattr(gen, "is_multilingual", False))
+        # A fine-tune's generation config carries its language: that is the default.
+        self.language = language_for(self.model, opts.language) or (
+            gen.language if self.multilingual else None
+        )
+        lang_to_id = getattr(gen, "lang_to_id", None) or {}
+        self._lang_of_id = {v: k.strip("<|>") for k, v in lang_to_id.items()}
+        self.prompt_ids = (
+            self.processor.get_prompt_ids(opts.initial_prompt, return_tensors="pt").to(device)
+            if opts.initial_prompt
+            else None
+        )
+
+    def transcribe(
+        self,
+        names: Sequence[str],
+        audios: Sequence[np.ndarray],
+        progress: Callable[[float], None] | None = None,
+    ) -> list[Transcript]:
+        """Transcribe a batch; `progress(seconds)` is called as audio is done."""
+        import torch
+
+        opts = self.opts
+        feats, mask = self._features(audios)
+        langs = self._languages(feats) if self.multilingual else None
+        done = [0.0]
+
+        def monitor(p: torch.Tensor) -> None:  # p: (batch, 2) = (seek, max_frames) in frames
+            now = float(torch.minimum(p[:, 0], p[:, 1]).sum()) / MEL_FRAMES_PER_S
+            if progress and now > done[0]:
+                progress(now - done[0])
+                done[0] = now
+
+        ratio = opts.compression_ratio_threshold or HF_COMPRESSION_RATIO_THRESHOLD
+        # Without timestamps a clip of up to 30 s is one generate call (no seeking).
+        plain = opts.timestamps == "none" and feats.shape[-1] <= SHORT_CLIP_S * MEL_FRAMES_PER_S
+        kwargs = dict(
+            attention_mask=mask,
+            return_timestamps=not plain,
+            return_segments=not plain,
+            num_beams=opts.beam_size,
+            condition_on_prev_tokens=opts.condition_on_previous_text,
+            temperature=opts.temperatures if len(opts.temperatures) > 1 else 0.0,
+            compression_ratio_threshold=ratio,
+            logprob_threshold=opts.logprob_threshold,
+            no_speech_threshold=opts.no_speech_threshold,
+            monitor_progress=monitor,
+        )
+        if self.multilingual:
+            kwargs.update(language=langs, task=opts.task)
+        if self.prompt_ids is not None:
+            kwargs["prompt_ids"] = self.prompt_ids
+        if opts.max_new_tokens:
+            kwargs["max_new_tokens"] = opts.max_new_tokens
+        with torch.inference_mode():
+            out = self.model.generate(feats.to(self.device, self.model.dtype), **kwargs)
+        total = sum(len(a) for a in audios) / SAMPLE_RATE_HZ
+        if progress and total > done[0]:
+            progress(total - done[0])
+        results = []
+        for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
+            duration = len(audio) / SAMPLE_RATE_HZ
+            if plain:
+                text = self.processor.tokenizer.decode(out[i], skip_special_tokens=True)
+                segments = (Segment(0, 0.0, round(duration, 3), text),)
+            else:
+                segments = self._segments(out["segments"][i], duration)
+            lang = langs[i] if langs else ("en" if not self.multilingual else None)
+            results.append(Transcript(name, segments, lang, duration, engine=self.name))
+        return results
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _features(self, audios: Sequence[np.ndarray]):
+        fe = self.processor.feature_extractor
+        if max(len(a) for a in audios) > SHORT_CLIP_S * SAMPLE_RATE_HZ:
+            # Whole files, padded to the longest; the mask tells generate where each ends.
+            inputs = fe(
+                list(audios),
+                sampling_rate=SAMPLE_RATE_HZ,
+                return_tensors="pt",
+                truncation=False,
+                padding="longest",
+                return_attention_mask=True,
+            )
+        else:
+            inputs = fe(
+                list(audios),
+                sampling_rate=SAMPLE_RATE_HZ,
+                return_tensors="pt",
+                return_attention_mask=True,
+            )
+        return inputs.input_features, inputs.attention_mask.to(self.device)
+
+    def _languages(self, feats) -> list[str]:
+        import torch
+
+        if self.language:
+            return [self.language.strip("<|>")] * feats.shape[0]
+        with torch.inference_mode():
+            ids = self.model.detect_language(
+                input_features=feats[..., :3000].to(self.device, self.model.dtype)
+            )
+        return [self._lang_of_id.get(int(i), "en") for i in ids]
+
+    def _segments(self, raw: list[dict], duration: float) -> tuple[Segment, ...]:
+        tok = self.processor.tokenizer
+        out = []
+        logprob_of: dict[int, float | None] = {}
+        for seg in raw:
+            ids = [int(t) for t in seg["tokens"]]
+            text = tok.decode(ids, skip_special_tokens=True)
+            result = seg.get("result")
+            key = id(result)
+            if key not in logprob_of:
+                logprob_of[key] = self._avg_logprob(result)
+            start = min(float(seg["start"]), duration)
+            end = min(max(float(seg["end"]), start), duration)
+            out.append(
+                Segment(
+                    id=len(out),
+                    start=round(start, 3),
+                    end=round(end, 3),
+                    text=text,
+                    avg_logprob=logprob_of[key],
+                )
+            )
+        return tuple(out)
+
+    def _avg_logprob(self, result) -> float | None:
+        """Mean log-probability of the window's tokens (eos included, as openai-whisper),
+        from the scores generate kept for its log-probability threshold."""
+        import torch
+
+        if not isinstance(result, dict) or result.get("scores") is None:
+            return None
+        scores = torch.stack(list(result["scores"])).float()  # (steps, vocab)
+        tokens = result["sequences"][-scores.shape[0] :].to(scores.device)
+        # In a batch, a window that ended early is padded with eos after its own eos.
+        eos = (tokens == self.model.generation_config.eos_token_id).nonzero()
+        n = int(eos[0]) + 1 if len(eos) else len(tokens)
+        logprobs = torch.log_softmax(scores[:n], dim=-1).gather(-1, tokens[:n].unsqueeze(-1))
+        return round(float(logprobs.mean()), 4)

@@ -1,0 +1,198 @@
+"""Transcribe many files with one engine: decode, batch, report bad files one by one.
+
+`transcribe_files` is the engine of `fitwhisper transcribe`; `choose_engine` picks the engine
+for `--engine auto` (the faster one measured in bench/RESULTS-transcribe.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.data.audio import AudioDecodeError, load_audio, probe_audio
+from fitwhisper.errors import ConfigError, FitWhisperError
+from fitwhisper.transcribe.formats import Transcript
+from fitwhisper.transcribe.inputs import InputProblem
+from fitwhisper.transcribe.options import TranscribeOptions
+
+log = logging.getLogger(__name__)
+
+_CONVERT_HINT = "convert it to WAV or FLAC, e.g. `ffmpeg -i IN -ar 16000 -ac 1 OUT.flac`"
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    name: str  # "transformers" or "ct2"
+    device: str  # "cpu", "cuda", "cuda:1"
+    reason: str
+
+
+def resolve_device(device: str) -> str:
+    """`auto` -> `cuda` when a GPU is visible, else `cpu`; others are checked."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: no CUDA GPU is visible", hint="use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ConfigError(f"unknown --device {device!r}", hint="use auto, cpu, cuda or cuda:N")
+    return device
+
+
+def choose_engine(engine: str, model_spec: str, device: str) -> EngineChoice:
+    """The engine for `--engine`; `auto` follows the benchmark: CTranslate2 (int8) is the
+    faster one on CPU; a LoRA adapter stays unmerged on transformers; on CUDA no comparison
+    was measured, so transformers (the model as trained) is kept."""
+    from fitwhisper.models.resolve import resolve_model
+
+    resolved = resolve_model(model_spec)
+    if engine == "ct2" and not _ct2_installed():
+        raise ConfigError(
+            "--engine ct2 needs ctranslate2 and faster-whisper",
+            hint="pip install 'fitwhisper[ct2]', or use --engine transformers",
+        )
+    if engine in ("transformers", "ct2"):
+        return EngineChoice(engine, device, "--engine " + engine)
+    if engine != "auto":
+        raise ConfigError(f"unknown --engine {engine!r}", hint="use auto, transformers or ct2")
+    if not _ct2_installed():
+        return EngineChoice("transformers", device, "ctranslate2/faster-whisper not installed")
+    if resolved.adapter is not None:
+        return EngineChoice("transformers", device, "a LoRA adapter runs unmerged")
+    if device == "cpu":
+        return EngineChoice("ct2", device, "CTranslate2 int8 is the faster engine on CPU")
+    return EngineChoice("transformers", device, "on CUDA the engines were not compared")
+
+
+def make_engine(model_spec: str, opts: TranscribeOptions, choice: EngineChoice):
+    """Load the model into the chosen engine (exporting to CTranslate2 once if needed)."""
+    if choice.name == "transformers":
+        from fitwhisper.transcribe.hf_engine import TransformersEngine
+
+        return TransformersEngine(model_spec, opts, choice.device)
+    from fitwhisper.models.resolve import resolve_model
+    from fitwhisper.transcribe.ct2_engine import CT2Engine
+
+    resolved = resolve_model(model_spec)
+    if resolved.kind == "ct2_dir" and opts.compute_type == "auto":
+        folder = Path(model_spec)  # a CTranslate2 folder runs as it is
+    else:
+        from fitwhisper.export import cached_ct2
+
+        gpu = choice.device.startswith("cuda")
+        ct = opts.compute_type if opts.compute_type != "auto" else None
+        folder = cached_ct2(model_spec, ct or ("float16" if gpu else "int8"))
+    return CT2Engine(folder, opts, choice.device)
+
+
+def transcribe_files(
+    engine,
+    files: Sequence[Path],
+    opts: TranscribeOptions,
+    *,
+    on_result: Callable[[Transcript], None],
+    on_problem: Callable[[InputProblem], None],
+    progress: Callable[[float], None] | None = None,
+    group_size: int | None = None,
+) -> tuple[int, int]:
+    """Decode and transcribe `files`, calling `on_result` per transcript and `on_problem`
+    per file that cannot be read; returns (transcribed, failed)."""
+    ok = failed = 0
+    durations: dict[Path, float] = {}
+    for f in files:
+        problem = _probe(f)
+        if isinstance(problem, InputProblem):
+            on_problem(problem)
+            failed += 1
+        else:
+            durations[f] = problem
+    # Similar lengths together: less padding per batch.
+    order = sorted(durations, key=durations.__getitem__)
+    size = group_size or opts.batch_size
+    for group in _chunks(order, size):
+        names, audios = [], []
+        for f in group:
+            try:
+                audio = load_audio(f)
+            except FitWhisperError as e:
+                hint = _CONVERT_HINT if isinstance(e, AudioDecodeError) else e.hint
+                on_problem(InputProblem(str(f), e.message, hint))
+                failed += 1
+                continue
+            if audio.size == 0:
+                on_problem(_empty(f))
+                failed += 1
+                continue
+            names.append(str(f))
+            audios.append(audio)
+        if not audios:
+            continue
+        for t in engine.transcribe(names, audios, progress):
+            on_result(convert_script(t, opts.opencc))
+            ok += 1
+    return ok, failed
+
+
+def convert_script(t: Transcript, opencc_config: str | None) -> Transcript:
+    """The transcript with its texts converted by OpenCC (e.g. s2tw), or as it is."""
+    if not opencc_config:
+        return t
+    import opencc
+
+    cc = opencc.OpenCC(opencc_config)
+    segments = tuple(dataclasses.replace(s, text=cc.convert(s.text)) for s in t.segments)
+    return dataclasses.replace(t, segments=segments)
+
+
+def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: str = "cpu") -> str:
+    """Transcribe one audio file of any length and return the text (the demo's path).
+
+    Args:
+        model_spec: anything `fitwhisper.models.resolve.resolve_model` accepts, or a run's
+            `final/` folder.
+        audio_path: any format `fitwhisper.data.audio.load_audio` decodes.
+        device: "cpu", "cuda", "cuda:N" or "auto".
+    """
+    # Clips of up to 30 s in one generate call, as the ASR pipeline does; longer ones in
+    # Whisper's long-form algorithm.
+    opts = TranscribeOptions(device=device, timestamps="none")
+    choice = EngineChoice("transformers", resolve_device(device), "the model as trained")
+    engine = make_engine(str(model_spec), opts, choice)
+    audio = load_audio(audio_path)
+    return engine.transcribe([str(audio_path)], [audio])[0].text
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _ct2_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("ctranslate2", "faster_whisper"))
+
+
+def _probe(f: Path) -> float | InputProblem:
+    try:
+        duration = probe_audio(f).duration_s
+    except AudioDecodeError as e:
+        return InputProblem(str(f), e.message, _CONVERT_HINT)
+    except FitWhisperError as e:
+        return InputProblem(str(f), e.message, e.hint)
+    if duration <= 0:
+        return _empty(f)
+    return duration
+
+
+def _empty(f: Path) -> InputProblem:
+    return InputProblem(
+        str(f), "the file holds no audio (0 samples)", "check the recording; nothing to transcribe"
+    )
+
+
+def _chunks(items: list, n: int) -> Iterator[list]:
+    for i in range(0, len(items), max(1, n)):
+        yield items[i : i + n]

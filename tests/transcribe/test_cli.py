@@ -1,0 +1,106 @@
+"""`fitwhisper transcribe` and `fitwhisper export` end to end on a tiny random Whisper:
+bad inputs one by one, outputs per format, both engines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from fitwhisper.cli import main
+
+# A random model writes until the token limit: keep that short.
+FAST = ["--no_temperature_fallback", "--threads", "2", "--max_new_tokens", "24"]
+
+
+def test_bad_inputs_are_reported_one_by_one_and_the_rest_transcribed(
+    tiny_whisper_dir: Path, tmp_path: Path, make_tone, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 2.0)
+    empty = tmp_path / "empty.wav"
+    soundfile.write(str(empty), np.zeros(0, np.float32), 16000)
+    garbage = tmp_path / "garbage.wav"
+    garbage.write_bytes(b"this is not audio at all" * 10)
+    (tmp_path / "no-audio").mkdir()
+    out = tmp_path / "out"
+    args = [str(tmp_path / "missing.wav"), str(empty), str(garbage), str(tmp_path / "no-audio")]
+    # The ct2 engine (the tiny model exported into the cache) decodes the random model fastest.
+    code = main(
+        ["transcribe", "--model", str(tiny_whisper_dir), "--engine", "ct2", str(good),
+         *args, "--output_dir", str(out), "--output_format", "txt,srt", *FAST]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert sorted(p.name for p in out.iterdir()) == ["good.srt", "good.txt"]
+    assert f"error: {tmp_path / 'missing.wav'}: no such file" in err
+    assert f"error: {empty}: the file holds no audio (0 samples)" in err
+    assert f"error: {garbage}: cannot read audio file" in err
+    assert "hint: convert it to WAV or FLAC" in err
+    assert f"error: {tmp_path / 'no-audio'}: the folder holds no audio files" in err
+    assert "transcribed 1 files; 4 failed (see above)" in err
+
+
+def test_all_inputs_bad_exits_1_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["transcribe", "--model", str(tmp_path / "no-model"), str(tmp_path / "x.wav")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no such file" in err and "no audio to transcribe (1 inputs failed)" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--output_format", "txt,docx"], "unknown --output_format docx"),
+        (["--output_file", "a.srt", "--output_format", "srt,vtt"], "--output_file takes one"),
+    ],
+)
+def test_bad_output_flags_are_user_errors(
+    flags: list[str], message: str, tmp_path: Path, make_tone, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    assert main(["transcribe", "--model", "x", str(good), *flags]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_output_file_takes_its_format_from_the_suffix(
+    tiny_whisper_dir: Path, tmp_path: Path, make_tone
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.5)
+    out = tmp_path / "sub.vtt"
+    # --timestamps none: one generate call per clip (a random model's timestamps can make
+    # the seek loop crawl).
+    code = main(
+        ["transcribe", "--model", str(tiny_whisper_dir), "--engine", "transformers", str(good),
+         "--output_file", str(out), "--timestamps", "none", *FAST]
+    )  # fmt: skip
+    assert code == 0
+    assert out.read_text().startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n")
+
+
+def test_ct2_engine_runs_an_exported_model_and_writes_scores(
+    tiny_whisper_dir: Path, tmp_path: Path, make_tone, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ct2 = tmp_path / "ct2"
+    assert main(["export", str(tiny_whisper_dir), str(ct2), "--quantization", "float32"]) == 0
+    assert {"model.bin", "tokenizer.json", "preprocessor_config.json"} <= {
+        p.name for p in ct2.iterdir()
+    }
+    clips = [make_tone(tmp_path / f"c{i}.wav", 1.0 + i, freq=300 + 90 * i) for i in range(3)]
+    out = tmp_path / "out"
+    code = main(
+        ["transcribe", "--model", str(ct2), *map(str, clips), "--output_dir", str(out),
+         "--output_format", "json", *FAST]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    for i in range(len(clips)):
+        data = json.loads((out / f"c{i}.json").read_text())
+        assert data["duration"] == pytest.approx(1.0 + i)
+        for seg in data["segments"]:
+            assert 0.0 <= seg["start"] <= seg["end"] <= data["duration"]
+            assert seg["avg_logprob"] <= 0.0 and 0.0 <= seg["no_speech_prob"] <= 1.0
+    assert "engine ct2 on cpu" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+"""The output formats: what players and openai-whisper/faster-whisper users expect."""
+
+from __future__ import annotations
+
+import json
+
+from fitwhisper.transcribe.formats import Segment, Transcript, Word, render, timestamp
+
+
+def _transcript() -> Transcript:
+    return Transcript(
+        audio="meeting.wav",
+        segments=(
+            Segment(0, 0.0, 2.5, " Hello there.", -0.2, 0.01, 1.1),
+            Segment(1, 2.5, 3.0, " ", -1.5, 0.9, 1.0),  # nothing said: no subtitle cue
+            Segment(2, 3661.5, 3663.042, " Second\nline.", -0.3, 0.02, 1.2),
+        ),
+        language="en",
+        duration_s=3700.0,
+    )
+
+
+def test_timestamps_use_the_decimal_marker_of_each_format() -> None:
+    assert timestamp(3661.5, ",") == "01:01:01,500"
+    assert timestamp(0.0004, ".") == "00:00:00.000"
+    assert timestamp(59.9996, ",") == "00:01:00,000"
+
+
+def test_srt_numbers_cues_from_one_and_skips_empty_segments() -> None:
+    srt = render(_transcript(), "srt")
+    assert srt == (
+        "1\n00:00:00,000 --> 00:00:02,500\nHello there.\n\n"
+        "2\n01:01:01,500 --> 01:01:03,042\nSecond line.\n"
+    )
+
+
+def test_vtt_has_its_header_and_dot_milliseconds() -> None:
+    vtt = render(_transcript(), "vtt")
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello there.\n")
+    assert "01:01:01.500 --> 01:01:03.042" in vtt
+
+
+def test_tsv_has_integer_milliseconds_as_openai_whisper_writes() -> None:
+    lines = render(_transcript(), "tsv").splitlines()
+    assert lines[0] == "start\tend\ttext"
+    assert lines[1] == "0\t2500\tHello there."
+    assert lines[3] == "3661500\t3663042\tSecond line."
+
+
+def test_json_carries_segments_in_the_faster_whisper_shape() -> None:
+    data = json.loads(render(_transcript(), "json"))
+    assert data["text"] == "Hello there. Second\nline."
+    assert data["language"] == "en" and data["duration"] == 3700.0
+    seg = data["segments"][0]
+    assert set(seg) == {
+        "id", "start", "end", "text", "avg_logprob", "no_speech_prob", "compression_ratio"
+    }  # fmt: skip
+    assert (seg["start"], seg["end"], seg["avg_logprob"]) == (0.0, 2.5, -0.2)
+
+
+def test_json_has_words_only_when_word_timestamps_were_asked_for() -> None:
+    t = Transcript(
+        "a.wav",
+        (Segment(0, 0.0, 1.0, " Hi", words=(Word(0.1, 0.4, " Hi", 0.9),)),),
+        "en",
+        1.0,
+    )
+    words = json.loads(render(t, "json"))["segments"][0]["words"]
+    assert words == [{"start": 0.1, "end": 0.4, "word": " Hi", "probability": 0.9}]
+
+
+def test_txt_is_the_joined_text() -> None:
+    assert render(_transcript(), "txt") == "Hello there. Second\nline.\n"
