@@ -57,6 +57,7 @@ def test_all_inputs_bad_exits_1_before_loading_a_model(
     [
         (["--output_format", "txt,docx"], "unknown --output_format docx"),
         (["--output_file", "a.srt", "--output_format", "srt,vtt"], "--output_file takes one"),
+        (["--output_script", "klingon"], "unknown output script 'klingon'"),
     ],
 )
 def test_bad_output_flags_are_user_errors(
@@ -104,3 +105,14 @@ def test_ct2_engine_runs_an_exported_model_and_writes_scores(
             assert 0.0 <= seg["start"] <= seg["end"] <= data["duration"]
             assert seg["avg_logprob"] <= 0.0 and 0.0 <= seg["no_speech_prob"] <= 1.0
     assert "engine ct2 on cpu" in capsys.readouterr().err
+
+
+def test_output_script_converts_every_segment_into_traditional() -> None:
+    from fitwhisper.transcribe.formats import Segment, Transcript
+    from fitwhisper.transcribe.run import convert_script
+
+    t = Transcript(
+        "a.wav", (Segment(0, 0.0, 1.0, "们发现"), Segment(1, 1.0, 2.0, "OK 后台")), "zh", 2.0
+    )
+    assert [s.text for s in convert_script(t, "traditional").segments] == ["們發現", "OK 後臺"]
+    assert convert_script(t, None) is t

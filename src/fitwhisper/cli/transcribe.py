@@ -134,10 +134,13 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     )
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: library default).")
     p.add_argument(
+        "--output_script",
+        "--output-script",
         "--opencc",
-        metavar="CONFIG",
-        choices=OPENCC_CONFIGS,
-        help=f"Convert the output's script: {', '.join(OPENCC_CONFIGS)}.",
+        dest="opencc",
+        metavar="SCRIPT",
+        help="Convert the output's Chinese script: traditional (OpenCC s2tw, for zh-TW), "
+        f"simplified (t2s), or an OpenCC table ({', '.join(OPENCC_CONFIGS)}). Default: none.",
     )
     p.set_defaults(func=run)
 
@@ -145,6 +148,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
+    from fitwhisper.script import check_output_script
     from fitwhisper.transcribe.formats import render
     from fitwhisper.transcribe.inputs import collect_inputs
     from fitwhisper.transcribe.options import TranscribeOptions
@@ -159,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.audio and not args.audio_list:
         raise ConfigError("no audio given", hint="pass files or folders, or --audio_list FILE")
     formats = _formats(args.output_format, args.output_file)
+    check_output_script(args.opencc)
     files, problems = collect_inputs(args.audio, args.audio_list)
     for problem in problems:
         print(problem.format(), file=sys.stderr)

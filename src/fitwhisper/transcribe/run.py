@@ -138,13 +138,14 @@ def transcribe_files(
 
 
 def convert_script(t: Transcript, opencc_config: str | None) -> Transcript:
-    """The transcript with its texts converted by OpenCC (e.g. s2tw), or as it is."""
-    if not opencc_config:
-        return t
-    import opencc
+    """The transcript with its texts converted into a script (traditional, simplified, an
+    OpenCC table such as s2tw), or as it is."""
+    from fitwhisper.script import check_output_script, to_script
 
-    cc = opencc.OpenCC(opencc_config)
-    segments = tuple(dataclasses.replace(s, text=cc.convert(s.text)) for s in t.segments)
+    script = check_output_script(opencc_config)
+    if script is None:
+        return t
+    segments = tuple(dataclasses.replace(s, text=to_script(s.text, script)) for s in t.segments)
     return dataclasses.replace(t, segments=segments)
 
 
