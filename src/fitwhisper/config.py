@@ -343,3 +343,38 @@ class TrainConfig:
             "or config-file value that contradicts it is an error."
         },
     )
+    pack_clips: bool = field(
+        default=True,
+        metadata={
+            "help": "Pack consecutive training clips (in manifest order, one language) into "
+            "windows of up to 30 s with their transcripts joined by timestamp tokens, so "
+            "several clips share one encoder pass: about 3x faster on 5 s clips at equal "
+            "accuracy (bench/RESULTS-train-speed.md); the model keeps producing timestamps. "
+            "Evaluation is per clip. --no-pack_clips trains clip by clip, padded to 30 s."
+        },
+    )
+    group_by_duration: bool = field(
+        default=False,
+        metadata={
+            "help": "Batch clips (or packed windows) of similar duration together "
+            "(transformers' LengthGroupedSampler on the durations the data check measured). "
+            "Only saves work with --short_encoder_input, where a batch is as long as its "
+            "longest clip."
+        },
+    )
+    short_encoder_input: bool = field(
+        default=False,
+        metadata={
+            "help": "Opt-in: feed the encoder only as many frames as the batch's longest clip "
+            "(position table sliced, as in icefall) instead of 30 s. Much faster per clip "
+            "without packing, but the pretrained model never saw shorter windows: check "
+            "accuracy (it is scored on normal 30 s input)."
+        },
+    )
+    attn_implementation: Literal["sdpa", "eager"] = field(
+        default="sdpa",
+        metadata={
+            "help": "Attention kernel: sdpa (torch's scaled_dot_product_attention, fused "
+            "where the hardware allows) or eager (plain matmul + softmax)."
+        },
+    )

@@ -65,9 +65,10 @@ def train(
         DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
         ModelLoadError: the model cannot be resolved.
     """
+    from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
-    from fitwhisper.memory.backoff import BackoffTrainer, release_memory
+    from fitwhisper.memory.backoff import release_memory
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
@@ -92,12 +93,19 @@ def train(
 
     # 1. Data: check every row before any weights load (the tokenizer is all it needs).
     processor = load_processor(model_cfg.model, **hub)
-    train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out, manifests)
+    train_rows, eval_rows, skipped, durations = _checked_rows(
+        data_cfg, train_cfg, processor, out, manifests
+    )
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
     #    The method (full, LoRA, 8-bit/4-bit + LoRA) decides how it loads and what trains.
-    model = load_model(model_cfg.model, **hub, **load_kwargs(model_cfg, train_cfg))
+    model = load_model(
+        model_cfg.model,
+        **hub,
+        **load_kwargs(model_cfg, train_cfg),
+        attn_implementation=train_cfg.attn_implementation,
+    )
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
     model = prepare_for_training(model, model_cfg, train_cfg)
@@ -110,6 +118,10 @@ def train(
         else None
     )
     collator = WhisperCollator(processor, model.config.decoder_start_token_id)
+    # Packed windows, length grouping, short encoder input (data/batching.py).
+    train_ds, train_collator = training_data(
+        train_ds, durations, model, collator, train_cfg, language=language
+    )
 
     # 4. Trainer.
     args = _training_arguments(
@@ -123,17 +135,19 @@ def train(
             processor.tokenizer, [r.text for r in eval_rows], metric, normalizer
         )
     resumed_step = _step_of(resume_from)
-    _log_plan(train_cfg, len(train_rows), args, resumed_step=resumed_step)
+    # Steps count what the sampler draws: clips, or packed windows of several clips.
+    unit = "packed windows" if train_cfg.pack_clips else "training clips"
+    _log_plan(train_cfg, len(train_ds), args, resumed_step=resumed_step, unit=unit)
     _write_run_record(
         out, model_cfg, data_cfg, train_cfg, language, manifests=manifests, resumed_from=resume_from
     )
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
     # Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch (backoff.py).
-    trainer = BackoffTrainer(
+    trainer = _trainer_class(train_cfg)(
         model=model,
         args=args,
-        data_collator=collator,
+        data_collator=train_collator,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         # The whole processor, so every checkpoint-N holds tokenizer and feature extractor
@@ -203,6 +217,17 @@ def train(
             else None
         ),
     )
+
+
+def _trainer_class(cfg: TrainConfig):
+    """BackoffTrainer, with length-grouped batches when --group_by_duration asks."""
+    from fitwhisper.data.batching import LengthGroupedTrainerMixin
+    from fitwhisper.memory.backoff import BackoffTrainer
+
+    class Trainer(LengthGroupedTrainerMixin, BackoffTrainer):
+        group_by_length = cfg.group_by_duration
+
+    return Trainer
 
 
 def _memory_request(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig, args):
@@ -451,6 +476,9 @@ def _checked_rows(
         usable = apply_bad_row_policy(report, data_cfg, report_path=report_path)
         skipped += len(report.rows) - len(usable)
         rows[split] = select(usable, limit)
+        if split == "train":
+            measured = {r.row.index: r.duration_s for r in report.rows}
+            durations = [measured.get(r.index) or 0.0 for r in rows[split]]
         reports[split] = {
             "manifest": str(path),
             "sha256": manifests[split]["sha256"],  # hashed once, in _manifest_hashes
@@ -465,7 +493,7 @@ def _checked_rows(
             hint="run `fitwhisper check-data` on it to see why",
         )
     (out / "data_report.json").write_text(json.dumps(reports, indent=2) + "\n")
-    return rows["train"], rows["eval"], skipped
+    return rows["train"], rows["eval"], skipped, durations
 
 
 def _training_arguments(cfg: TrainConfig, *, has_eval: bool, best_metric: str | None = None):
@@ -528,7 +556,14 @@ def _logging_callbacks(cfg: TrainConfig, out: Path, resumed_step: int | None = N
     return [TensorBoardCallback(tb_writer=writer)]
 
 
-def _log_plan(cfg: TrainConfig, n_rows: int, args, *, resumed_step: int | None = None) -> None:
+def _log_plan(
+    cfg: TrainConfig,
+    n_rows: int,
+    args,
+    *,
+    resumed_step: int | None = None,
+    unit: str = "training clips",
+) -> None:
     processes = max(args.world_size, 1)
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
     # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
@@ -538,13 +573,14 @@ def _log_plan(cfg: TrainConfig, n_rows: int, args, *, resumed_step: int | None =
     else:
         steps, epochs = math.ceil(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
     log.info(
-        "effective batch = %d x %d x %d process(es) = %d; %d training clips; "
+        "effective batch = %d x %d x %d process(es) = %d; %d %s; "
         "%d optimizer steps (%.1f epochs); precision %s",
         cfg.per_device_train_batch_size,
         cfg.gradient_accumulation_steps,
         processes,
         effective,
         n_rows,
+        unit,
         steps,
         epochs,
         "bf16 mixed" if args.bf16 else "fp16 mixed" if args.fp16 else "fp32",
