@@ -353,6 +353,14 @@ class TrainConfig:
             "Evaluation is per clip. --no-pack_clips trains clip by clip, padded to 30 s."
         },
     )
+    packed_timestamp_fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": "With --pack_clips: the share of packed windows labelled with timestamp "
+            "tokens; the others are plain text after <|notimestamps|>, so both ways of "
+            "generating stay trained (1.0: all timestamped; 0: none)."
+        },
+    )
     group_by_duration: bool = field(
         default=False,
         metadata={

@@ -54,7 +54,7 @@ def test_packed_labels_are_whisper_timestamped_segments(
         rows.append(Row(index=i, line=i + 1, audio=path, text=text, language="zh"))
     windows = pack_windows(rows, [1.01, 2.0], [2, 2], language="zh")
     assert len(windows) == 1
-    item = PackedDataset(rows, windows, processor, language="zh")[0]
+    item = PackedDataset(rows, windows, processor, language="zh", timestamp_fraction=1.0)[0]
 
     assert item["input_features"].shape == (80, 3000)
     labels = item["labels"]
@@ -68,6 +68,25 @@ def test_packed_labels_are_whisper_timestamped_segments(
     assert "<|0.00|>你好<|1.00|><|1.02|>世界<|3.02|>" in text, text
     # Plain decoding (what WER/CER scoring sees) is the joined transcript.
     assert tok.decode(labels, skip_special_tokens=True) == "你好世界"
+
+    # Half the windows (every second one) are plain text after <|notimestamps|>.
+    mixed = PackedDataset(rows, windows * 4, processor, language="zh")
+    assert [mixed.timestamped(i) for i in range(4)] == [False, True, False, True]
+    plain = mixed[0]["labels"]
+    assert tok.convert_ids_to_tokens(plain[:4])[3] == "<|notimestamps|>"
+    assert tok.decode(plain, skip_special_tokens=True) == "你好世界"
+    assert not any(t >= tok.convert_tokens_to_ids("<|0.00|>") for t in plain)
+
+
+def test_plain_text_joins_english_clips_with_a_space(tiny_whisper_dir: Path, tmp_path) -> None:
+    from transformers import WhisperProcessor
+
+    processor = WhisperProcessor.from_pretrained(tiny_whisper_dir)
+    paths = [write_tone(tmp_path / f"c{i}.wav", 0.5) for i in range(2)]
+    rows = [Row(index=i, line=i + 1, audio=p, text=t) for i, (p, t) in
+            enumerate(zip(paths, ("one two", "three"), strict=True))]  # fmt: skip
+    ds = PackedDataset(rows, [Window((0, 1), 1.0)], processor, timestamp_fraction=0.0)
+    assert processor.tokenizer.decode(ds[0]["labels"], skip_special_tokens=True) == "one two three"
 
 
 def test_audio_of_a_window_is_its_clips_in_order(tiny_whisper_dir: Path, tmp_path: Path) -> None:

@@ -111,7 +111,12 @@ def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *
         windows = packing.pack_windows(dataset.rows, lengths, tokens, language=language)
         log.info(packing.describe(windows, len(dataset.rows)))
         dataset = packing.PackedDataset(
-            dataset.rows, windows, dataset.processor, language=language, task=dataset.task
+            dataset.rows,
+            windows,
+            dataset.processor,
+            language=language,
+            task=dataset.task,
+            timestamp_fraction=cfg.packed_timestamp_fraction,
         )
         lengths = dataset.lengths
     if cfg.short_encoder_input:
