@@ -88,9 +88,6 @@ def run_demo(
             num_train_epochs=num_train_epochs,
             logging_steps=5,
             seed=seed,
-            # Clip by clip: the demo's figures (30 steps of 16 clips) were measured so, and
-            # its frozen encoder leaves little for packing to save.
-            pack_clips=False,
         ),
     )
 

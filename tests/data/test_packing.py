@@ -156,7 +156,7 @@ def test_train_with_every_speed_option_runs_and_logs_the_packing(
         "train", "--model", str(tiny_whisper_dir), "--train_manifest", str(tone_manifest),
         "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "2",
         "--learning_rate", "1e-3", "--report_to", "none", "--group_by_duration",
-        "--short_encoder_input", "--attn_implementation", "eager",
+        "--short_encoder_input", "--attn_implementation", "eager", "--pack_clips",
     ]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err
