@@ -115,8 +115,17 @@ def test_resume_takes_the_newest_complete_checkpoint(tmp_path: Path, caplog) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        ("--no-pack_clips",),
+        # transformers' LengthGroupedSampler on the clips' durations (data/batching.py)
+        ("--no-pack_clips", "--group_by_duration"),
+    ],
+    ids=["random", "group_by_duration"],
+)
 def test_killed_run_resumes_to_the_losses_of_an_uninterrupted_run(
-    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, sampling: tuple[str, ...]
 ) -> None:
     env = {
         **os.environ,
@@ -127,7 +136,7 @@ def test_killed_run_resumes_to_the_losses_of_an_uninterrupted_run(
         # Batch 1 over six clips: six steps an epoch, so the kill lands mid-epoch and the
         # resumed run crosses an epoch boundary (data order of a new epoch).
         argv = _train_argv(tiny_whisper_dir, tone_manifest, out, *extra)
-        argv += ["--per_device_train_batch_size", "1", "--max_steps", "8"]
+        argv += ["--per_device_train_batch_size", "1", "--max_steps", "8", *sampling]
         return [sys.executable, "-m", "fitwhisper", *argv]
 
     # 1. Start a run; SIGKILL it as soon as its second checkpoint is complete.

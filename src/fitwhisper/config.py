@@ -387,3 +387,46 @@ class TrainConfig:
             "or config-file value that contradicts it is an error."
         },
     )
+    pack_clips: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack consecutive training clips (in manifest order, one language) into "
+            "windows of up to 30 s with their transcripts joined (half of the windows with "
+            "timestamp tokens), so several clips share one encoder pass: several times "
+            "faster on 5 s clips, but held-out accuracy after the same epochs was worse in "
+            "bench/RESULTS-train-speed.md, so it is off by default. Evaluation is per clip."
+        },
+    )
+    packed_timestamp_fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": "With --pack_clips: the share of packed windows labelled with timestamp "
+            "tokens; the others are plain text after <|notimestamps|>, so both ways of "
+            "generating stay trained (1.0: all timestamped; 0: none)."
+        },
+    )
+    group_by_duration: bool = field(
+        default=False,
+        metadata={
+            "help": "Batch clips (or packed windows) of similar duration together "
+            "(transformers' LengthGroupedSampler on the durations the data check measured). "
+            "Only saves work with --short_encoder_input, where a batch is as long as its "
+            "longest clip."
+        },
+    )
+    short_encoder_input: bool = field(
+        default=False,
+        metadata={
+            "help": "Opt-in: feed the encoder only as many frames as the batch's longest clip "
+            "(position table sliced, as in icefall) instead of 30 s. Much faster per clip "
+            "without packing, but the pretrained model never saw shorter windows: check "
+            "accuracy (it is scored on normal 30 s input)."
+        },
+    )
+    attn_implementation: Literal["sdpa", "eager"] = field(
+        default="sdpa",
+        metadata={
+            "help": "Attention kernel: sdpa (torch's scaled_dot_product_attention, fused "
+            "where the hardware allows) or eager (plain matmul + softmax)."
+        },
+    )

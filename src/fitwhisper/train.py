@@ -67,10 +67,11 @@ def train(
         ModelLoadError: the model cannot be resolved.
     """
     from fitwhisper.codeswitch import configure_no_language_token, dataset_language
+    from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
     from fitwhisper.guard import prepare_rows
-    from fitwhisper.memory.backoff import BackoffTrainer, release_memory
+    from fitwhisper.memory.backoff import release_memory
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.methods import finish_final_dir, load_kwargs, method_of, prepare_for_training
     from fitwhisper.models.generation import configure_generation, language_for
@@ -98,16 +99,24 @@ def train(
 
     # 1. Data: check every row before any weights load (the tokenizer is all it needs).
     processor = load_processor(model_cfg.model, **hub)
-    train_rows, eval_rows, skipped = _checked_rows(data_cfg, train_cfg, processor, out, manifests)
+    train_rows, eval_rows, skipped, durations = _checked_rows(
+        data_cfg, train_cfg, processor, out, manifests
+    )
     # Output script, language tokens, rehearsal rows and the regression set (guard.py).
     train_rows, eval_rows, regression = prepare_rows(
         model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows
     )
+    durations = _with_rehearsal_durations(durations, train_rows)
 
     # 2. Model, with language and task in its generation config so the saved model
     #    transcribes correctly in any pipeline without extra arguments.
     #    The method (full, LoRA, 8-bit/4-bit + LoRA) decides how it loads and what trains.
-    model = load_model(model_cfg.model, **hub, **load_kwargs(model_cfg, train_cfg))
+    model = load_model(
+        model_cfg.model,
+        **hub,
+        **load_kwargs(model_cfg, train_cfg),
+        attn_implementation=train_cfg.attn_implementation,
+    )
     language = language_for(model, model_cfg.language)
     configure_generation(model, language, model_cfg.task)
     if data_cfg.language_token == "none":
@@ -123,6 +132,10 @@ def train(
         else None
     )
     collator = WhisperCollator(processor, model.config.decoder_start_token_id)
+    # Packed windows, length grouping, short encoder input (data/batching.py).
+    train_ds, train_collator = training_data(
+        train_ds, durations, model, collator, train_cfg, language=language
+    )
 
     # 4. Trainer.
     args = _training_arguments(
@@ -136,17 +149,19 @@ def train(
             processor.tokenizer, [r.text for r in eval_rows], metric, normalizer
         )
     resumed_step = _step_of(resume_from)
-    _log_plan(train_cfg, len(train_rows), args, resumed_step=resumed_step)
+    # Steps count what the sampler draws: clips, or packed windows of several clips.
+    unit = "packed windows" if train_cfg.pack_clips else "training clips"
+    _log_plan(train_cfg, len(train_ds), args, resumed_step=resumed_step, unit=unit)
     _write_run_record(
         out, model_cfg, data_cfg, train_cfg, language, manifests=manifests, resumed_from=resume_from
     )
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
     # Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch (backoff.py).
-    trainer = BackoffTrainer(
+    trainer = _trainer_class(train_cfg)(
         model=model,
         args=args,
-        data_collator=collator,
+        data_collator=train_collator,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         # The whole processor, so every checkpoint-N holds tokenizer and feature extractor
@@ -232,6 +247,17 @@ def train(
     )
 
 
+def _trainer_class(cfg: TrainConfig):
+    """BackoffTrainer, with length-grouped batches when --group_by_duration asks."""
+    from fitwhisper.data.batching import LengthGroupedTrainerMixin
+    from fitwhisper.memory.backoff import BackoffTrainer
+
+    class Trainer(LengthGroupedTrainerMixin, BackoffTrainer):
+        group_by_length = cfg.group_by_duration
+
+    return Trainer
+
+
 def _memory_request(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig, args):
     """This run as `predict_memory` fields, for the message when not even one clip fits."""
     request = {
@@ -277,6 +303,8 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
         problems.append("--min_audio_len must be below --max_audio_len")
     if data_cfg.max_audio_len > 30:
         problems.append("--max_audio_len above 30 s: Whisper's window is 30 s")
+    if not 0 <= (fraction := train_cfg.packed_timestamp_fraction) <= 1:
+        problems.append(f"--packed_timestamp_fraction must be in [0, 1], got {fraction}")
     problems += _schedule_problems(train_cfg)
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)
@@ -466,6 +494,16 @@ def _step_of(checkpoint: Path | None) -> int | None:
     return None if checkpoint is None else step_of(checkpoint)
 
 
+def _with_rehearsal_durations(durations: list[float], train_rows: list) -> list[float]:
+    """Durations for the rows `prepare_rows` appended (rehearsal rows, which the training data
+    check did not measure): read from their headers, since packing and the short encoder
+    window cut each clip at its duration."""
+    from fitwhisper.data.audio import probe_audio
+
+    extra = train_rows[len(durations) :]
+    return [*durations, *(probe_audio(r.audio).duration_s for r in extra)]
+
+
 def _checked_rows(
     data_cfg: DataConfig, train_cfg: TrainConfig, processor, out: Path, manifests: dict
 ):
@@ -489,6 +527,9 @@ def _checked_rows(
         usable = apply_bad_row_policy(report, data_cfg, report_path=report_path)
         skipped += len(report.rows) - len(usable)
         rows[split] = select(usable, limit)
+        if split == "train":
+            measured = {r.row.index: r.duration_s for r in report.rows}
+            durations = [measured.get(r.index) or 0.0 for r in rows[split]]
         reports[split] = {
             "manifest": str(path),
             "sha256": manifests[split]["sha256"],  # hashed once, in _manifest_hashes
@@ -503,7 +544,7 @@ def _checked_rows(
             hint="run `fitwhisper check-data` on it to see why",
         )
     (out / "data_report.json").write_text(json.dumps(reports, indent=2) + "\n")
-    return rows["train"], rows["eval"], skipped
+    return rows["train"], rows["eval"], skipped, durations
 
 
 def _training_arguments(cfg: TrainConfig, *, has_eval: bool, best_metric: str | None = None):
@@ -566,7 +607,14 @@ def _logging_callbacks(cfg: TrainConfig, out: Path, resumed_step: int | None = N
     return [TensorBoardCallback(tb_writer=writer)]
 
 
-def _log_plan(cfg: TrainConfig, n_rows: int, args, *, resumed_step: int | None = None) -> None:
+def _log_plan(
+    cfg: TrainConfig,
+    n_rows: int,
+    args,
+    *,
+    resumed_step: int | None = None,
+    unit: str = "training clips",
+) -> None:
     processes = max(args.world_size, 1)
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
     # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
@@ -576,13 +624,14 @@ def _log_plan(cfg: TrainConfig, n_rows: int, args, *, resumed_step: int | None =
     else:
         steps, epochs = math.ceil(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
     log.info(
-        "effective batch = %d x %d x %d process(es) = %d; %d training clips; "
+        "effective batch = %d x %d x %d process(es) = %d; %d %s; "
         "%d optimizer steps (%.1f epochs); precision %s",
         cfg.per_device_train_batch_size,
         cfg.gradient_accumulation_steps,
         processes,
         effective,
         n_rows,
+        unit,
         steps,
         epochs,
         "bf16 mixed" if args.bf16 else "fp16 mixed" if args.fp16 else "fp32",

@@ -97,6 +97,7 @@ def _run(model_dir: Path, manifest: Path, out: Path, callbacks: tuple, **overrid
         report_to="none",
         generation_max_length=16,
         seed=0,
+        pack_clips=False,  # batches of clips, as the step arithmetic below counts them
     )
     cfg.update(overrides)
     return train(ModelConfig(model=str(model_dir)), DataConfig(), TrainConfig(**cfg),

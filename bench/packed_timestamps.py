@@ -1,0 +1,64 @@
+"""Acceptance 3 of issue 6: a model fine-tuned on packed windows still writes timestamps on
+audio longer than 30 s (transformers' long-form `generate(return_timestamps=True)`).
+
+    PYTHONPATH=src python bench/packed_timestamps.py RUN/final EVAL.jsonl [--seconds 45]
+
+Joins held-out clips of the manifest (1 s of silence between) until the audio passes
+`--seconds`, and prints each generated segment with its times, next to where each clip
+really starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("manifest")
+    ap.add_argument("--seconds", type=float, default=45.0)
+    a = ap.parse_args(argv)
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    from fitwhisper.data.audio import load_audio
+
+    torch.set_num_threads(2)
+    rows = [json.loads(x) for x in Path(a.manifest).read_text().splitlines() if x]
+    pieces, starts, at = [], [], 0
+    for r in rows:
+        clip = load_audio(Path(r["audio"]))
+        starts.append((at / 16_000, r["text"]))
+        pieces += [clip, np.zeros(16_000, dtype=np.float32)]
+        at += len(clip) + 16_000
+        if at / 16_000 > a.seconds:
+            break
+    audio = np.concatenate(pieces)
+    processor = WhisperProcessor.from_pretrained(a.model)
+    model = WhisperForConditionalGeneration.from_pretrained(a.model).eval()
+    inputs = processor.feature_extractor(
+        audio, sampling_rate=16_000, return_tensors="pt", truncation=False,
+        padding="longest", return_attention_mask=True,
+    )  # fmt: skip
+    with torch.no_grad():
+        out = model.generate(
+            inputs.input_features,
+            attention_mask=inputs.attention_mask,
+            return_timestamps=True,
+            return_segments=True,
+        )
+    print(f"audio: {len(audio) / 16_000:.1f} s, {len(starts)} clips")
+    print("clips start at: " + ", ".join(f"{s:.2f}" for s, _ in starts))
+    for seg in out["segments"][0]:
+        text = processor.tokenizer.decode(seg["tokens"], skip_special_tokens=True)
+        print(f"[{float(seg['start']):6.2f} -> {float(seg['end']):6.2f}] {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

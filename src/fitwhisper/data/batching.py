@@ -1,0 +1,141 @@
+"""How training clips become batches: length-grouped order (`--group_by_duration`) and
+batches cut to their longest clip for the opt-in short encoder window (`--short_encoder_input`).
+
+Grouping uses transformers' own `LengthGroupedSampler` (megabatches of 50 batches sorted by
+length, in random order), fed with the clip durations the data check measured, so no audio
+is decoded to find lengths. It draws from torch's global RNG like Trainer's default
+`RandomSampler`, which Trainer checkpoints and restores: resuming stays exact. Batches keep
+a fixed number of clips (per-device batch), so the memory plan and OOM back-off hold as
+they are; lhotse's `DynamicBucketingSampler` (batches of a total duration) was not used:
+it would bring lhotse's dependencies and a batch size that changes from step to step,
+which the memory planner and `BackoffTrainer` do not model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
+
+
+class LengthGroupedTrainerMixin:
+    """Put before a Trainer class: with `group_by_length` set on the mixin, the training
+    sampler groups clips of similar duration (`train_dataset.lengths`, seconds)."""
+
+    group_by_length: bool = False
+
+    def _get_train_sampler(self, train_dataset=None):
+        ds = train_dataset if train_dataset is not None else self.train_dataset
+        lengths = getattr(ds, "lengths", None)
+        if not self.group_by_length or lengths is None:
+            return super()._get_train_sampler(train_dataset)
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        # Lengths in 10 ms frames: LengthGroupedSampler sorts integers.
+        frames = [math.ceil(s * FRAMES_PER_S) for s in lengths]
+        return LengthGroupedSampler(
+            self.args.train_batch_size * self.args.gradient_accumulation_steps, lengths=frames
+        )
+
+
+class WithDurations(Dataset):
+    """A dataset's items plus `frames`, the clip's length in log-mel frames, and `lengths`
+    (seconds) for the length-grouped sampler."""
+
+    def __init__(self, base: Dataset, durations_s: Sequence[float]) -> None:
+        self.base = base
+        self.durations_s = list(durations_s)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @property
+    def lengths(self) -> list[float]:
+        return self.durations_s
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = dict(self.base[i])
+        item["frames"] = math.ceil(self.durations_s[i] * FRAMES_PER_S)
+        return item
+
+
+class TrimmedCollator:
+    """Wraps a collator: cuts the batch's features to its longest clip (an even number of
+    frames, since the encoder's second convolution has stride 2).
+
+    The features were computed on the clip padded with zeros to 30 s; the frames kept are
+    exactly those of the clip padded to the batch's longest clip, so this is the log-mel of
+    the unpadded waveform, padded only as far as the batch needs.
+    """
+
+    def __init__(self, collator, *, multiple: int = 2) -> None:
+        self.collator = collator
+        self.multiple = multiple
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        frames = max(f.pop("frames") for f in features)
+        batch = self.collator(features)
+        full = batch["input_features"].shape[-1]
+        keep = min(full, frames + (-frames % self.multiple))
+        batch["input_features"] = batch["input_features"][..., :keep].contiguous()
+        return batch
+
+
+def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *, language):
+    """The training dataset and collator as the speed options ask (`TrainConfig` fields
+    pack_clips, group_by_duration, short_encoder_input).
+
+    Args:
+        dataset: a `SpeechDataset` of the training rows (one clip per item).
+        durations_s: each row's duration, from the data check.
+        model: the model to train; patched for short input when asked.
+        collator: the per-clip `WhisperCollator`.
+
+    Returns:
+        (dataset, collator) for Trainer.
+    """
+    import logging
+
+    from fitwhisper.data import packing
+
+    log = logging.getLogger(__name__)
+    lengths = list(durations_s)
+    if cfg.pack_clips:
+        tok = dataset.processor.tokenizer
+        tokens = [len(tok(r.text or "", add_special_tokens=False).input_ids) for r in dataset.rows]
+        windows = packing.pack_windows(dataset.rows, lengths, tokens, language=language)
+        log.info(packing.describe(windows, len(dataset.rows)))
+        dataset = packing.PackedDataset(
+            dataset.rows,
+            windows,
+            dataset.processor,
+            language=language,
+            task=dataset.task,
+            timestamp_fraction=cfg.packed_timestamp_fraction,
+        )
+        lengths = dataset.lengths
+    if cfg.short_encoder_input:
+        from fitwhisper.models.short_window import allow_short_input
+
+        allow_short_input(model)
+        return WithDurations(dataset, lengths), TrimmedCollator(collator)
+    if cfg.group_by_duration:
+        return WithDurations(dataset, lengths), _DropFrames(collator)
+    return dataset, collator
+
+
+class _DropFrames:
+    """A collator that ignores the `frames` entry `WithDurations` adds."""
+
+    def __init__(self, collator) -> None:
+        self.collator = collator
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        for f in features:
+            f.pop("frames", None)
+        return self.collator(features)

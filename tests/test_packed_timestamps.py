@@ -1,0 +1,64 @@
+"""Acceptance (issue 6): a model fine-tuned on packed windows (timestamped labels, the
+default) still produces timestamps on audio longer than 30 s."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.test_finetune_digits import make_digit_strings
+
+pytestmark = pytest.mark.slow
+
+
+def test_packed_fine_tune_keeps_timestamps_on_long_audio(shared_data: Path, tmp_path: Path) -> None:
+    import soundfile
+    import torch
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    from fitwhisper.cli import main
+
+    data = make_digit_strings(shared_data / "fsdd-train", tmp_path / "d", n_train=24, n_eval=16)
+    run = tmp_path / "run"
+    code = main(
+        ["train", "--model", "offline/tiny.en", "--train_manifest", str(data.train_manifest),
+         "--output_dir", str(run), "--max_steps", "3", "--per_device_train_batch_size", "2",
+         "--learning_rate", "1e-4", "--save_strategy", "no", "--report_to", "none", "-q",
+         "--pack_clips"]
+    )  # fmt: skip
+    assert code == 0
+    record = (run / "fitwhisper.yaml").read_text()
+    assert "pack_clips: true" in record  # trained on packed windows
+
+    # About 40 s of held-out digit strings, one after another with 1 s of silence.
+    rows = [json.loads(x) for x in data.eval_manifest.read_text().splitlines()]
+    pieces = []
+    for r in rows:
+        audio, sr = soundfile.read(str(data.eval_manifest.parent / r["audio"]), dtype="float32")
+        assert sr == 8000
+        pieces += [np.repeat(audio, 2), np.zeros(16_000, dtype=np.float32)]  # to 16 kHz
+    audio = np.concatenate(pieces)
+    assert len(audio) / 16_000 > 30
+
+    processor = WhisperProcessor.from_pretrained(run / "final")
+    model = WhisperForConditionalGeneration.from_pretrained(run / "final").eval()
+    inputs = processor.feature_extractor(
+        audio, sampling_rate=16_000, return_tensors="pt", truncation=False,
+        padding="longest", return_attention_mask=True,
+    )  # fmt: skip
+    with torch.no_grad():
+        out = model.generate(
+            inputs.input_features,
+            attention_mask=inputs.attention_mask,
+            return_timestamps=True,
+            return_segments=True,
+        )
+    segments = out["segments"][0]
+    starts = [float(s["start"]) for s in segments]
+    ends = [float(s["end"]) for s in segments]
+    # Several timed segments, in order, reaching past the first 30 s window.
+    assert len(segments) >= 4, segments
+    assert starts == sorted(starts) and all(e >= s for s, e in zip(starts, ends, strict=True))
+    assert max(ends) > 30, ends
