@@ -39,11 +39,15 @@ def test_english_normalizer_standardises_spelling_with_the_shipped_table():
 
 
 def test_english_normalizer_scores_written_and_spoken_digit_strings_alike():
-    # Whisper's normaliser makes "eight four zero" one token "840" but "8, 4, 0" three.
-    s = score(["eight four zero", "room three four"], ["8, 4, 0.", "Room 3, 4"], "wer",
+    # Whisper's normaliser makes "eight four zero" one token "840" but "8, 4, 0" three, and
+    # writes a lone 1 back as "one" ("7 3 0 1" -> "7 3 0 one").
+    s = score(["eight four zero", "room three four", "seven three zero one", "one six one"],
+              ["8, 4, 0.", "Room 3, 4", "7 3 0 1", "1 6 1"], "wer",
               TextNormalizer("whisper_english"))  # fmt: skip
     assert s.errors == 0
-    assert TextNormalizer("whisper_english")("room 12 and 3 4") == "room 12 and 34"
+    n = TextNormalizer("whisper_english")
+    assert n("room 12 and 3 4") == "room 12 and 34"
+    assert n("one of them") == "one of them" and n("8 6 4 0 1 3") == "864013"
 
 
 def test_chinese_normalizer_drops_fullwidth_and_ascii_punctuation_and_spaces():

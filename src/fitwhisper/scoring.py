@@ -313,12 +313,14 @@ def _build(name: NormalizerName, options: NormalizeOptions):
 
 
 # Whisper's English normaliser joins spelled digits ("eight four zero" -> "840") but leaves
-# written ones apart ("8, 4, 0" -> "8 4 0"): the same digit string would score 300% WER.
-_DIGIT_RUN = re.compile(r"(?<!\S)\d(?: \d)+(?!\S)")
+# written ones apart ("8, 4, 0" -> "8 4 0"), and writes a lone digit 1 back as "one"
+# ("7 3 0 1" -> "7 3 0 one"): the same digit string would score up to 300% WER. A run of
+# single digits, "one" among them, is joined into one number as the spelled form is.
+_DIGIT_RUN = re.compile(r"(?<!\S)(?:\d|one)(?: (?:\d|one))+(?!\S)")
 
 
 def _join_digit_runs(text: str) -> str:
-    return _DIGIT_RUN.sub(lambda m: m.group().replace(" ", ""), text)
+    return _DIGIT_RUN.sub(lambda m: m.group().replace("one", "1").replace(" ", ""), text)
 
 
 # CJK punctuation with no NFKC half-width form, folded to the ASCII mark it stands for.
