@@ -1,5 +1,6 @@
 """Acceptance 3 of issue 6: a model fine-tuned on packed windows still writes timestamps on
-audio longer than 30 s (transformers' long-form `generate(return_timestamps=True)`).
+audio longer than 30 s (`fitwhisper transcribe --engine transformers`: transformers'
+long-form `generate` with timestamps).
 
     PYTHONPATH=src python bench/packed_timestamps.py RUN/final EVAL.jsonl [--seconds 45]
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("manifest")
     ap.add_argument("--seconds", type=float, default=45.0)
     a = ap.parse_args(argv)
-    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+    import soundfile
 
+    from fitwhisper.cli import main
     from fitwhisper.data.audio import load_audio
 
     torch.set_num_threads(2)
@@ -39,24 +42,18 @@ def main(argv: list[str] | None = None) -> int:
         if at / 16_000 > a.seconds:
             break
     audio = np.concatenate(pieces)
-    processor = WhisperProcessor.from_pretrained(a.model)
-    model = WhisperForConditionalGeneration.from_pretrained(a.model).eval()
-    inputs = processor.feature_extractor(
-        audio, sampling_rate=16_000, return_tensors="pt", truncation=False,
-        padding="longest", return_attention_mask=True,
-    )  # fmt: skip
-    with torch.no_grad():
-        out = model.generate(
-            inputs.input_features,
-            attention_mask=inputs.attention_mask,
-            return_timestamps=True,
-            return_segments=True,
-        )
+    with tempfile.TemporaryDirectory() as tmp:
+        wav, out = Path(tmp) / "long.wav", Path(tmp) / "long.json"
+        soundfile.write(str(wav), audio, 16_000)
+        argv = ["transcribe", str(wav), "--model", a.model, "--engine", "transformers",
+                "--output_format", "json", "--output_file", str(out), "-q"]  # fmt: skip
+        if main(argv) != 0:
+            return 1
+        segments = json.loads(out.read_text())["segments"]
     print(f"audio: {len(audio) / 16_000:.1f} s, {len(starts)} clips")
     print("clips start at: " + ", ".join(f"{s:.2f}" for s, _ in starts))
-    for seg in out["segments"][0]:
-        text = processor.tokenizer.decode(seg["tokens"], skip_special_tokens=True)
-        print(f"[{float(seg['start']):6.2f} -> {float(seg['end']):6.2f}] {text}")
+    for seg in segments:
+        print(f"[{seg['start']:6.2f} -> {seg['end']:6.2f}] {seg['text'].strip()}")
     return 0
 
 

@@ -14,8 +14,8 @@ hyperparameters (AdamW, lr 1e-5, linear decay, no warm-up, seed 42, fp32, 2 torc
 
 - baseline: bench/baseline_recipe.py (features precomputed, every clip padded to 30 s, the
   blog's collator, Seq2SeqTrainer), batch 8 clips;
-- fitwhisper with each speed option alone and its default; packed rows use batch 2 windows,
-  about as many clips per optimizer step as the baseline's 8 (the same number of passes
+- fitwhisper with each speed option alone and its default; packed rows use as many windows
+  per batch as hold about the baseline's 8 clips (so the same number of passes
   over the data takes about as many optimizer steps).
 
 Rows marked "full" train for the whole epochs and are scored by generation (CER/WER) on the
@@ -50,7 +50,6 @@ THREADS = 2
 LR = 1e-5
 SEED = 42
 CLIP_BATCH = 8
-WINDOW_BATCH = 2
 GEN_MAX = 96  # tokens generated per held-out clip: room for any of them, cuts runaways short
 
 # (label, fitwhisper options, full run with accuracy?)
@@ -288,12 +287,10 @@ def _child(spec: dict) -> int:
         from fitwhisper.options import add_config_arguments, build_config
         from fitwhisper.train import train
 
-        packed = "--no-pack_clips" not in spec["options"]
-        batch = WINDOW_BATCH if packed else CLIP_BATCH
         argv = [
             "--model", spec["model"], "--train_manifest", spec["train"],
             "--output_dir", str(out), "--overwrite_output_dir",
-            "--per_device_train_batch_size", str(batch), "--learning_rate", str(LR),
+            "--learning_rate", str(LR),
             "--num_train_epochs", str(spec["epochs"]), "--seed", str(SEED),
             "--report_to", "none", "--save_strategy", "no",
             "--generation_max_length", str(GEN_MAX), *spec["options"],
@@ -310,6 +307,8 @@ def _child(spec: dict) -> int:
             add_config_arguments(parser, cls, cls.__name__)
         ns = parser.parse_args(argv)
         model_cfg, data_cfg, train_cfg = (build_config(cls, ns, {}) for cls in classes)
+        batch = spec.get("batch") or _batch_of(train_cfg, spec)
+        train_cfg.per_device_train_batch_size = batch
         res = train(model_cfg, data_cfg, train_cfg, callbacks=(measure.callback,))
         n_clips = res.train_rows
         metric = None
@@ -338,6 +337,25 @@ def _child(spec: dict) -> int:
     }
     print(json.dumps(result))
     return 0
+
+
+def _batch_of(train_cfg, spec: dict) -> int:
+    """CLIP_BATCH clips, or as many packed windows as hold about CLIP_BATCH clips, so every
+    row takes about as many optimizer steps per epoch at the same learning rate."""
+    if not train_cfg.pack_clips:
+        return CLIP_BATCH
+    import soundfile as sf
+    from transformers import WhisperTokenizer
+
+    from fitwhisper.data.manifest import load_manifest
+    from fitwhisper.data.packing import windows_for
+    from fitwhisper.models.resolve import resolve_model
+
+    rows = load_manifest(spec["train"]).rows
+    durations = [sf.info(str(r.audio)).duration for r in rows]
+    tok = WhisperTokenizer.from_pretrained(str(resolve_model(spec["model"]).path_or_id))
+    windows = windows_for(rows, durations, tok, train_cfg, language=spec["language"])
+    return max(1, round(CLIP_BATCH * len(windows) / len(rows)))
 
 
 def _evaluate(model, processor, spec: dict, out: Path) -> dict:

@@ -405,6 +405,14 @@ class TrainConfig:
             "generating stay trained (1.0: all timestamped; 0: none)."
         },
     )
+    packed_single_clip_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "With --pack_clips: the share of windows (evenly spread) that hold one "
+            "clip, labelled as plain text, so the model keeps seeing a short clip followed "
+            "by silence and learns to stop there."
+        },
+    )
     group_by_duration: bool = field(
         default=False,
         metadata={

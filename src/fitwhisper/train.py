@@ -305,6 +305,8 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
         problems.append("--max_audio_len above 30 s: Whisper's window is 30 s")
     if not 0 <= (fraction := train_cfg.packed_timestamp_fraction) <= 1:
         problems.append(f"--packed_timestamp_fraction must be in [0, 1], got {fraction}")
+    if not 0 <= (share := train_cfg.packed_single_clip_share) < 1:
+        problems.append(f"--packed_single_clip_share must be in [0, 1), got {share}")
     problems += _schedule_problems(train_cfg)
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)

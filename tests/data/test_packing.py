@@ -32,6 +32,24 @@ def test_windows_keep_order_and_stay_within_30_s_and_448_tokens() -> None:
     assert [w.rows for w in windows] == [(0, 1), (2, 3)]
 
 
+def test_a_share_of_windows_holds_one_clip_labelled_as_plain_text(
+    tiny_multilingual_dir: Path,
+) -> None:
+    from transformers import WhisperProcessor
+
+    rows = _rows(24)
+    windows = pack_windows(rows, [10.0] * 24, [3] * 24, single_clip_share=0.25)
+    # Windows 3 and 7 (every 4th, evenly spread) hold one clip; the others hold three.
+    assert [len(w.rows) for w in windows] == [3, 3, 3, 1, 3, 3, 3, 1, 3, 1]
+    assert [r for w in windows for r in w.rows] == list(range(24))  # nothing lost, in order
+    assert len(pack_windows(rows, [10.0] * 24, [3] * 24)) == 8
+
+    processor = WhisperProcessor.from_pretrained(tiny_multilingual_dir)
+    ds = PackedDataset(rows, windows[2:4], processor, timestamp_fraction=1.0)
+    # Several clips: timestamped (all, at fraction 1.0); one clip: plain text.
+    assert [ds.timestamped(i) for i in range(2)] == [True, False]
+
+
 def test_a_language_change_closes_the_window() -> None:
     rows = _rows(2, "zh") + [
         Row(index=2, line=3, audio=None, text="x", language="en"),

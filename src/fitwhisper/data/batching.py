@@ -106,9 +106,9 @@ def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *
     log = logging.getLogger(__name__)
     lengths = list(durations_s)
     if cfg.pack_clips:
-        tok = dataset.processor.tokenizer
-        tokens = [len(tok(r.text or "", add_special_tokens=False).input_ids) for r in dataset.rows]
-        windows = packing.pack_windows(dataset.rows, lengths, tokens, language=language)
+        windows = packing.windows_for(
+            dataset.rows, lengths, dataset.processor.tokenizer, cfg, language=language
+        )
         log.info(packing.describe(windows, len(dataset.rows)))
         dataset = packing.PackedDataset(
             dataset.rows,

@@ -54,6 +54,7 @@ def pack_windows(
     language: str | None = None,
     window_s: float = WINDOW_S,
     max_label_tokens: int = 448,
+    single_clip_share: float = 0.0,
 ) -> list[Window]:
     """Greedy packing of consecutive rows into windows of at most `window_s` seconds.
 
@@ -66,6 +67,7 @@ def pack_windows(
         durations_s: each row's duration in seconds (from the data check).
         label_tokens: each row's transcript length in tokens, special tokens excluded.
         language: the run's language; a row's own wins.
+        single_clip_share: the share of windows, evenly spread, that hold one clip only.
     """
     prefix_len = 4  # <|sot|><|lang|><|task|> ... <|endoftext|>
     windows: list[Window] = []
@@ -79,6 +81,7 @@ def pack_windows(
         tokens = label_tokens[i] + 2
         fits = (
             cur
+            and not _spread(len(windows), single_clip_share)
             and lang == cur_lang
             and cur_s + aligned <= window_s
             and cur_tokens + tokens <= max_label_tokens
@@ -93,6 +96,22 @@ def pack_windows(
     if cur:
         windows.append(Window(tuple(cur), cur_s))
     return windows
+
+
+def windows_for(
+    rows: Sequence[Row], durations_s: Sequence[float], tokenizer, cfg, *, language: str | None
+) -> list[Window]:
+    """The windows `train --pack_clips` makes of these rows under the run's `TrainConfig`."""
+    tokens = [len(tokenizer(r.text or "", add_special_tokens=False).input_ids) for r in rows]
+    return pack_windows(
+        rows, durations_s, tokens, language=language,
+        single_clip_share=cfg.packed_single_clip_share,
+    )  # fmt: skip
+
+
+def _spread(i: int, share: float) -> bool:
+    """Whether item i belongs to an evenly spread `share` of items (1 in 4 for 0.25)."""
+    return int((i + 1) * share) > int(i * share)
 
 
 def timestamp_id(tokenizer, seconds: float) -> int:
@@ -137,9 +156,11 @@ class PackedDataset(Dataset):
         self.timestamp_fraction = timestamp_fraction
 
     def timestamped(self, i: int) -> bool:
-        """Whether window i is labelled with timestamps: a fixed, evenly spread share."""
-        f = self.timestamp_fraction
-        return int((i + 1) * f) > int(i * f)
+        """Whether window i is labelled with timestamps: a fixed, evenly spread share of the
+        windows of several clips; a window of one clip is plain text."""
+        if len(self.windows[i].rows) == 1:
+            return False
+        return _spread(i, self.timestamp_fraction)
 
     def __len__(self) -> int:
         return len(self.windows)
