@@ -92,7 +92,7 @@ def test_cached_encoder_outputs_train_like_the_encoder_and_run_it_once_per_clip(
     assert not np.allclose(plain, plain[0])  # the decoder learns: a real comparison
     # float16 on disk rounds the encoder's outputs (relative 2^-11): the losses move by far
     # less than training moves them.
-    assert cached == pytest.approx(plain, rel=1e-3)
+    assert cached == pytest.approx(plain, rel=1e-4)
 
     # Stored in float32, only the batching of the encoder pass differs: equal losses.
     monkeypatch.setattr(encoder_cache, "CACHE_DTYPE", np.float32)
@@ -279,6 +279,9 @@ def test_lora_in_the_decoder_trains_on_the_cache_like_on_audio(
 ) -> None:
     def run(out: Path, cache: bool) -> list[float]:
         losses = _Losses()
+        # The adapters' initial weights come from torch's global generator, which --seed
+        # does not reset before they are made: the same state for both runs in one process.
+        torch.manual_seed(0)
         train(
             ModelConfig(model=str(tiny_whisper_dir), freeze_encoder=True, use_lora=True),
             DataConfig(),
@@ -298,7 +301,7 @@ def test_lora_in_the_decoder_trains_on_the_cache_like_on_audio(
     # The PeftModel hands encoder_outputs on to Whisper's forward: no encoder in training.
     assert encoder_calls == [2, 2, 2]
     assert len(cached) == len(plain) == 6
-    assert cached == pytest.approx(plain, rel=1e-3)
+    assert cached == pytest.approx(plain, rel=1e-4)
 
 
 def test_backoff_splits_the_cached_encoder_outputs_with_the_batch() -> None:
