@@ -304,6 +304,19 @@ def test_lora_in_the_decoder_trains_on_the_cache_like_on_audio(
     assert cached == pytest.approx(plain, rel=1e-4)
 
 
+def test_packed_windows_are_cached_like_clips(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, encoder_calls: list[int]
+) -> None:
+    kw = {"pack_clips": True, "per_device_train_batch_size": 1}
+    _, plain = _train(tiny_whisper_dir, tone_manifest, tmp_path / "plain", cache=False, **kw)
+    assert encoder_calls == [1, 1]  # 6 clips of 1-2 s: one 9 s window, 2 epochs
+    encoder_calls.clear()
+    _, cached = _train(tiny_whisper_dir, tone_manifest, tmp_path / "cached", cache=True, **kw)
+    assert encoder_calls == [1]
+    assert len(cached) == 2
+    assert cached == pytest.approx(plain, rel=1e-4)
+
+
 def test_backoff_splits_the_cached_encoder_outputs_with_the_batch() -> None:
     from fitwhisper.memory.backoff import _split
 
