@@ -431,6 +431,18 @@ class TrainConfig:
             "accuracy (it is scored on normal 30 s input)."
         },
     )
+    cache_encoder_outputs: bool = field(
+        default=False,
+        metadata={
+            "help": "With --freeze_encoder: run the frozen encoder once per training clip "
+            "(or packed window) before training, keep its outputs in RUN/encoder_cache/ "
+            "(float16 on disk: 1500 x d_model x 2 bytes per item, 3.7 MiB for large-v3) and "
+            "train the decoder alone on them in every epoch. A run in the same folder with "
+            "the same model and data reuses the cache. Not with --short_encoder_input or "
+            "SpecAugment (the model's apply_spec_augment), whose encoder input changes each "
+            "epoch. Evaluation still runs the whole model on the audio."
+        },
+    )
     attn_implementation: Literal["sdpa", "eager"] = field(
         default="sdpa",
         metadata={

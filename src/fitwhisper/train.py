@@ -132,7 +132,8 @@ def train(
         else None
     )
     collator = WhisperCollator(processor, model.config.decoder_start_token_id)
-    # Packed windows, length grouping, short encoder input (data/batching.py).
+    # Packed windows, cached encoder outputs, length grouping, short encoder input
+    # (data/batching.py).
     train_ds, train_collator = training_data(
         train_ds, durations, model, collator, train_cfg, language=language
     )
@@ -317,6 +318,9 @@ def validate(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     from fitwhisper.guard import option_problems
 
     problems += option_problems(model_cfg, data_cfg, train_cfg)
+    from fitwhisper.data.encoder_cache import option_problems as cache_problems
+
+    problems += cache_problems(model_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),

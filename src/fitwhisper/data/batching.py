@@ -88,12 +88,13 @@ class TrimmedCollator:
 
 def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *, language):
     """The training dataset and collator as the speed options ask (`TrainConfig` fields
-    pack_clips, group_by_duration, short_encoder_input).
+    pack_clips, cache_encoder_outputs, group_by_duration, short_encoder_input).
 
     Args:
         dataset: a `SpeechDataset` of the training rows (one clip per item).
         durations_s: each row's duration, from the data check.
-        model: the model to train; patched for short input when asked.
+        model: the model to train; patched for short input when asked, its encoder run
+            over every item first with --cache_encoder_outputs (data/encoder_cache.py).
         collator: the per-clip `WhisperCollator`.
 
     Returns:
@@ -119,6 +120,10 @@ def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *
             timestamp_fraction=cfg.packed_timestamp_fraction,
         )
         lengths = dataset.lengths
+    if cfg.cache_encoder_outputs:
+        from fitwhisper.data.encoder_cache import cached_encoder_data
+
+        dataset, collator = cached_encoder_data(dataset, model, collator, cfg)
     if cfg.short_encoder_input:
         from fitwhisper.models.short_window import allow_short_input
 

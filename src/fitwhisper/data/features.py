@@ -120,6 +120,11 @@ class WhisperCollator:
         batch = self.processor.feature_extractor.pad(
             [{"input_features": f["input_features"]} for f in features], return_tensors="pt"
         )
+        return {"input_features": batch["input_features"], "labels": self.labels(features)}
+
+    def labels(self, features: list[dict[str, Any]]) -> torch.Tensor:
+        """The batch's labels, `(batch, longest) int64`, padded with -100 (also used by the
+        encoder-output cache's collator, whose items carry no features)."""
         labels = torch.nn.utils.rnn.pad_sequence(
             [torch.as_tensor(f["labels"], dtype=torch.long) for f in features],
             batch_first=True,
@@ -127,4 +132,4 @@ class WhisperCollator:
         )
         if labels.shape[1] and bool((labels[:, 0] == self.decoder_start_token_id).all()):
             labels = labels[:, 1:]
-        return {"input_features": batch["input_features"], "labels": labels}
+        return labels

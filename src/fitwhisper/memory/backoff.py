@@ -299,17 +299,15 @@ def _split_size(inputs: dict[str, Any], size: int) -> list[dict[str, Any]]:
     n = _batch_size(inputs)
     if size >= n:
         return [inputs]
-    chunks = []
-    for start in range(0, n, size):
-        chunks.append(
-            {
-                k: v[start : start + size]
-                if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n
-                else v
-                for k, v in inputs.items()
-            }
-        )
-    return chunks
+
+    def cut(v, start: int):
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n:
+            return v[start : start + size]
+        if isinstance(v, tuple):  # encoder_outputs=(hidden,) from the encoder cache
+            return tuple(cut(x, start) for x in v)
+        return v
+
+    return [{k: cut(v, start) for k, v in inputs.items()} for start in range(0, n, size)]
 
 
 def _label_tokens(inputs: dict[str, Any]) -> int:
