@@ -61,7 +61,10 @@ CONFIGS = [
     ("  + short_encoder_input (opt-in)", ["--no-pack_clips", "--short_encoder_input"], True),
     ("  + short_encoder_input + group_by_duration",
      ["--no-pack_clips", "--short_encoder_input", "--group_by_duration"], False),
-    ("fitwhisper --pack_clips", ["--pack_clips"], True),
+    ("fitwhisper --pack_clips (40% of windows hold one clip)", ["--pack_clips"], True),
+    ("  every window packed, half timestamped (the first design)",
+     ["--pack_clips", "--packed_single_clip_share", "0", "--packed_timestamp_fraction", "0.5"],
+     True),
     ("  --pack_clips + short_encoder_input", ["--pack_clips", "--short_encoder_input"], False),
 ]  # fmt: skip
 

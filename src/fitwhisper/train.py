@@ -66,6 +66,8 @@ def train(
         DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
         ModelLoadError: the model cannot be resolved.
     """
+    from transformers import set_seed
+
     from fitwhisper.codeswitch import configure_no_language_token, dataset_language
     from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
@@ -121,6 +123,8 @@ def train(
     configure_generation(model, language, model_cfg.task)
     if data_cfg.language_token == "none":
         configure_no_language_token(model, model_cfg.task)
+    # --seed also fixes the LoRA adapters' random start (Trainer seeds only after this).
+    set_seed(train_cfg.seed)
     model = prepare_for_training(model, model_cfg, train_cfg)
 
     # 3. Datasets decode audio and make features as batches are drawn.

@@ -87,8 +87,8 @@ def test_packed_labels_are_whisper_timestamped_segments(
     # Plain decoding (what WER/CER scoring sees) is the joined transcript.
     assert tok.decode(labels, skip_special_tokens=True) == "你好世界"
 
-    # Half the windows (every second one) are plain text after <|notimestamps|>.
-    mixed = PackedDataset(rows, windows * 4, processor, language="zh")
+    # At fraction 0.5, every second window is plain text after <|notimestamps|>.
+    mixed = PackedDataset(rows, windows * 4, processor, language="zh", timestamp_fraction=0.5)
     assert [mixed.timestamped(i) for i in range(4)] == [False, True, False, True]
     plain = mixed[0]["labels"]
     assert tok.convert_ids_to_tokens(plain[:4])[3] == "<|notimestamps|>"
@@ -162,6 +162,10 @@ def test_trimmed_collator_cuts_a_batch_to_its_longest_clip(tiny_whisper_dir: Pat
     batch = TrimmedCollator(base)(items)
     assert batch["input_features"].shape == (2, 80, 102)  # even: conv stride 2
     np.testing.assert_array_equal(batch["input_features"][0].numpy(), feats[0][:, :102])
+    # Evaluation items carry no frame count (Trainer collates them with this collator too):
+    # they keep the full 30 s.
+    evaluation = [{"input_features": f, "labels": [1]} for f in feats]
+    assert TrimmedCollator(base)(evaluation)["input_features"].shape == (2, 80, 3000)
 
 
 def test_train_with_every_speed_option_runs_and_logs_the_packing(

@@ -78,6 +78,9 @@ class TrimmedCollator:
         self.multiple = multiple
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if any("frames" not in f for f in features):
+            # Evaluation items (Trainer collates them with the training collator) keep 30 s.
+            return self.collator([{k: v for k, v in f.items() if k != "frames"} for f in features])
         frames = max(f.pop("frames") for f in features)
         batch = self.collator(features)
         full = batch["input_features"].shape[-1]

@@ -8,12 +8,16 @@ distil-whisper's training data:
 
     <|startoftranscript|><|zh|><|transcribe|><|0.00|>first<|4.86|><|4.86|>second<|9.72|>...
 
-(no `<|notimestamps|>`), so the model keeps segmenting and timing speech. The other windows
-(`timestamp_fraction`, half by default) are labelled as plain text after `<|notimestamps|>`,
-the mode WER/CER scoring and most transcription generate in: trained on timestamped windows
-only, tiny.en fine-tuned on digit strings forgot how to write plain text (WER 26% -> 94%).
-distil-whisper mixes the two modes the same way. Each clip starts on a 20 ms boundary (the
-timestamp resolution), so its start timestamp is exact.
+(no `<|notimestamps|>`), so the model keeps segmenting and timing speech. A share of the
+windows (`single_clip_share`, evenly spread) holds one clip only, labelled as plain text after
+`<|notimestamps|>`, the mode WER/CER scoring and most transcription generate in. Both matter:
+base fine-tuned on AISHELL with every window packed (half timestamped, half plain text) ran
+away repeating a word on a short held-out clip (CER 44.3% vs the standard recipe's 27.7%),
+since it never saw one short clip followed by silence; with 40% of windows single it scored
+25.8% at 3.4x less work per clip (bench/RESULTS-train-speed.md). Trained on timestamped
+windows only, tiny.en fine-tuned on digit strings forgot how to write plain text (WER 26% ->
+94%). Each clip starts on a 20 ms boundary (the timestamp resolution), so its start timestamp
+is exact.
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ class PackedDataset(Dataset):
         processor,
         language: str | None = None,
         task: str = "transcribe",
-        timestamp_fraction: float = 0.5,
+        timestamp_fraction: float = 1.0,
     ) -> None:
         if not has_timestamp_tokens(processor.tokenizer):
             raise DataError(
