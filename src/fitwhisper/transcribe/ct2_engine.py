@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 EXPORT_INFO = "fitwhisper_export.json"  # written by fitwhisper export: source, language, ...
 TEXT_COMPRESSION_RATIO_THRESHOLD = 2.4  # openai-whisper's, on the gzip ratio of the text
+SAMPLING_SEED = 0  # for temperature fallback: the same file gives the same transcript
 
 
 class CT2Engine:
@@ -106,6 +107,11 @@ class CT2Engine:
                 **self._common(),
             )
         else:
+            # Temperature fallback samples: a fixed seed per file makes a run repeatable (an
+            # unseeded sample once wrote a loop over 30 s of noise that other runs did not).
+            import ctranslate2
+
+            ctranslate2.set_random_seed(SAMPLING_SEED)
             segments, info = self.model.transcribe(
                 audio,
                 temperature=list(o.temperatures),
