@@ -287,7 +287,7 @@ def _child(spec: dict) -> int:
         extra = {"precompute_s": precompute_s}
     if spec["kind"] == "fitwhisper":
         from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
-        from fitwhisper.options import add_config_arguments, build_config
+        from fitwhisper.cli.flags import add_config_arguments, build_config
         from fitwhisper.train import train
 
         argv = [

@@ -8,7 +8,7 @@ import pytest
 from fitwhisper.errors import ConfigError
 from fitwhisper.evaluate import EvalResult, make_scorer, resolve_expected_script
 from fitwhisper.scoring import NormalizeOptions, TextNormalizer, mixed_tokens, score
-from fitwhisper.script import (
+from fitwhisper.chinese_script import (
     char_script,
     check_output_script,
     expected_script,

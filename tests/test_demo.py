@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fitwhisper.demo_data import INVENTED_WORDS, make_sentences
+from fitwhisper.demo.data import INVENTED_WORDS, make_sentences
 
 
 def test_held_out_sentences_never_occur_in_training() -> None:

@@ -15,7 +15,7 @@ from fitwhisper.data.manifest import Row
 from fitwhisper.errors import ConfigError
 from fitwhisper.guard import mix_rehearsal
 from fitwhisper.models.presets import apply_model_preset, preset_for
-from fitwhisper.script import rows_in_script
+from fitwhisper.chinese_script import rows_in_script
 from fitwhisper.train import train, validate
 
 BREEZE = "MediaTek-Research/Breeze-ASR-25"

@@ -300,7 +300,7 @@ def test_full_fine_tuning_keeps_encoder_positions_fixed(tiny_whisper_dir: Path) 
 
 def test_target_modules_flag_takes_commas_and_repeats(tmp_path: Path) -> None:
     from fitwhisper.cli import build_parser
-    from fitwhisper.options import build_config, load_config_file
+    from fitwhisper.cli.flags import build_config, load_config_file
 
     args = build_parser().parse_args(
         ["train", "--lora_target_modules", "q_proj, v_proj", "--lora_target_modules", "fc1"]

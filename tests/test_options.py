@@ -10,7 +10,7 @@ import pytest
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.options import add_config_arguments, build_config, load_config_file
+from fitwhisper.cli.flags import add_config_arguments, build_config, load_config_file
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 

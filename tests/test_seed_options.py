@@ -71,7 +71,7 @@ def _train_parser(parser):
 
 def test_aliases_and_document_spellings_fill_the_options() -> None:
     from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
-    from fitwhisper.options import build_config
+    from fitwhisper.cli.flags import build_config
 
     args = build_parser().parse_args(
         [

@@ -109,7 +109,7 @@ class EvalResult:
         """What Chinese and code-switched data need beside the main rate: MER beside CER
         (and CER beside MER), the share of output in the expected script, and a breakdown
         per language when the clips carry different language tags."""
-        from fitwhisper.script import script_share
+        from fitwhisper.chinese_script import script_share
 
         s, refs, hyps = self.score, list(self.references), list(self.hypotheses)
         out: dict = {}
@@ -320,8 +320,8 @@ def resolve_expected_script(
     """The script whose share is reported: as given; for "auto", the one `output_script`
     produces, else the one the references are written in (None when they have no
     script-specific characters, e.g. English)."""
-    from fitwhisper.script import expected_script as script_of_option
-    from fitwhisper.script import script_share
+    from fitwhisper.chinese_script import expected_script as script_of_option
+    from fitwhisper.chinese_script import script_share
 
     if expected_script in (None, "none"):
         return None
@@ -430,7 +430,7 @@ def evaluate_model(
 
     from fitwhisper.data.features import WhisperCollator
     from fitwhisper.memory.backoff import BackoffTrainer
-    from fitwhisper.script import check_output_script, to_script
+    from fitwhisper.chinese_script import check_output_script, to_script
 
     chosen_metric, norm = make_scorer(language, metric, normalizer, opencc, options)
     output_script = check_output_script(output_script)
@@ -510,7 +510,7 @@ def evaluate_manifest(
     """
     from fitwhisper.models.presets import preset_language
     from fitwhisper.models.resolve import load_processor
-    from fitwhisper.script import check_output_script
+    from fitwhisper.chinese_script import check_output_script
 
     # Bad options fail before any work.
     make_scorer(language, metric, normalizer, opencc, options)
@@ -538,7 +538,7 @@ def compare_manifest(
     (`fitwhisper evaluate MODEL MANIFEST --compare BASELINE`). Keyword arguments are those
     of `evaluate_manifest`. The data is checked once, with the first model's tokenizer."""
     from fitwhisper.models.resolve import load_processor
-    from fitwhisper.script import check_output_script
+    from fitwhisper.chinese_script import check_output_script
 
     language, metric = kwargs.get("language"), kwargs.get("metric")
     make_scorer(

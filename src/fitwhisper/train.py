@@ -80,7 +80,7 @@ def train(
     from fitwhisper.models.presets import apply_model_preset
     from fitwhisper.models.resolve import load_model, load_processor
     from fitwhisper.resume import checkpoint_marker, fingerprint
-    from fitwhisper.script import expected_script
+    from fitwhisper.chinese_script import expected_script
 
     model_cfg = apply_model_preset(model_cfg)  # Breeze-ASR-25: zh, Traditional output
     validate(model_cfg, data_cfg, train_cfg)

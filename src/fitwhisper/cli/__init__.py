@@ -1,8 +1,17 @@
 """The `fitwhisper` command: parses flags, calls the library, prints errors with hints.
 
-This package is the only place that prints errors or exits. Each subcommand is a module
-here with `add(sub, common)`, which declares its flags, and `run(args)`, which runs it and
-returns the exit code. `COMMANDS` orders them in `fitwhisper --help`.
+This package is the only place that prints errors or exits, and the only one that knows
+argparse. Each subcommand is a module here with `OPTIONS` (the option dataclasses its flags
+come from, through `flags.add_options`), `add(sub, common)`, which declares the command,
+and `run(args)`, which builds the typed options, runs the library and returns the exit code.
+`COMMANDS` orders them in `fitwhisper --help`.
+
+- `flags`: dataclass fields to flags, `--config` YAML files, flags back to dataclasses
+- one module per command: check_data, import_ct2, models, demo, train, evaluate,
+  transcribe, merge, export, plan, doctor
+
+Building the parser imports no heavy library (torch, transformers): `--help` and bad flags
+answer at once; each `run` imports what it needs.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from fitwhisper.cli import (
     check_data,
@@ -25,10 +35,29 @@ from fitwhisper.cli import (
     train,
     transcribe,
 )
+from fitwhisper.cli.flags import add_options, build_config
 from fitwhisper.errors import FitWhisperError
-from fitwhisper.logs import setup_logging
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommonOptions:
+    """Output options every command takes."""
+
+    verbose: int = field(
+        default=0, metadata={"help": "More log output (-vv: debug).", "aliases": ["-v"],
+                             "count": True}
+    )  # fmt: skip
+    quiet: bool = field(
+        default=False,
+        metadata={"help": "Only warnings and errors.", "aliases": ["-q"], "switch": True},
+    )
+    debug: bool = field(
+        default=False,
+        metadata={"help": "Show the full traceback for user errors too.", "switch": True},
+    )
+
 
 COMMANDS = [
     check_data,
@@ -49,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(-1 if args.quiet else args.verbose)
+    common = build_config(CommonOptions, args)
+    from fitwhisper.logs import setup_logging
+
+    setup_logging(-1 if common.quiet else common.verbose)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
@@ -62,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             raise user_error from e
     except FitWhisperError as e:
-        if args.debug:
+        if common.debug:
             raise
         print(f"error: {e.message}", file=sys.stderr)
         if e.hint:
@@ -92,11 +124,7 @@ def _as_user_error(e: Exception) -> Exception:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
-    common.add_argument("-q", "--quiet", action="store_true", help="Only warnings and errors.")
-    common.add_argument(
-        "--debug", action="store_true", help="Show the full traceback for user errors too."
-    )
+    add_options(common, CommonOptions)
     parser = argparse.ArgumentParser(
         prog="fitwhisper",
         description="Fine-tune Whisper speech recognition on your own audio and transcripts.",

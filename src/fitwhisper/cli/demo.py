@@ -37,7 +37,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.demo import run_demo
+    from fitwhisper.demo.run import run_demo
 
     r = run_demo(
         args.output_dir,

@@ -14,7 +14,7 @@ def _config_classes() -> dict[str, type]:
 
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from fitwhisper.options import add_config_arguments
+    from fitwhisper.cli.flags import add_config_arguments
 
     p = sub.add_parser(
         "train",
@@ -32,7 +32,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.options import build_config, load_config_file
+    from fitwhisper.cli.flags import build_config, load_config_file
     from fitwhisper.train import train
 
     classes = _config_classes()

@@ -148,7 +148,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
-    from fitwhisper.script import check_output_script
+    from fitwhisper.chinese_script import check_output_script
     from fitwhisper.transcribe.formats import render
     from fitwhisper.transcribe.inputs import collect_inputs
     from fitwhisper.transcribe.options import TranscribeOptions
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     def on_problem(problem) -> None:
         print(problem.format(), file=sys.stderr)
 
-    bar = _progress_bar(files, progress_enabled() and not args.quiet)
+    bar = _progress_bar(files, progress_enabled() and not getattr(args, "quiet", False))
     group = opts.batch_size * (16 if choice.name == "ct2" else 1)
     ok, failed = transcribe_files(
         engine,

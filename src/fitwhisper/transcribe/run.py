@@ -140,7 +140,7 @@ def transcribe_files(
 def convert_script(t: Transcript, opencc_config: str | None) -> Transcript:
     """The transcript with its texts converted into a script (traditional, simplified, an
     OpenCC table such as s2tw), or as it is."""
-    from fitwhisper.script import check_output_script, to_script
+    from fitwhisper.chinese_script import check_output_script, to_script
 
     script = check_output_script(opencc_config)
     if script is None:

@@ -1,6 +1,6 @@
 """`fitwhisper demo`: a real Whisper model learns a new vocabulary on this CPU, in minutes.
 
-1. make a small speech dataset offline (fitwhisper.demo_data): invented words in
+1. make a small speech dataset offline (fitwhisper.demo.data): invented words in
    sentences, spoken by an offline voice; held-out sentences never appear in training
 2. score the zero-shot model (offline/tiny.en) on the held-out clips by generation
 3. fine-tune it with the ordinary training path (`fitwhisper.train.train`); the encoder
@@ -52,7 +52,7 @@ def run_demo(
     seed: int = 0,
 ) -> DemoResult:
     """Run the whole demo; every artefact goes under out_dir."""
-    from fitwhisper.demo_data import make_demo_dataset
+    from fitwhisper.demo.data import make_demo_dataset
     from fitwhisper.evaluate import evaluate_manifest
     from fitwhisper.train import train
     from fitwhisper.transcribe import transcribe_file

@@ -1,0 +1,266 @@
+"""Command-line flags and `--config run.yaml` files from the option dataclasses.
+
+Every command's flags come from here: each field of an option dataclass becomes
+`--field_name` (or a positional argument) with the field's help text, so the flags, the YAML
+files and the saved run record cannot drift apart. Precedence: a flag given on the command
+line beats the config file, which beats the dataclass default.
+
+Field metadata understood here (all optional):
+    help        the help text (required by tests for every field that becomes a flag)
+    aliases     more flag spellings (`--model_name_or_path`, `--gpu-memory`)
+    negative_aliases  more spellings of `--no-NAME` for a bool (`--no_condition_on_...`)
+    const       the value of the bare flag (`--resume` means `latest`)
+    positional  a positional argument instead of a flag; `nargs` as argparse's
+    required    the flag must be given
+    count       an int flag counted by repetition (`-v -v`)
+    switch      a bool flag that takes no value (`--json`, not `--json true`): safe before
+                positional arguments
+    metavar     the placeholder shown in help
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+from fitwhisper.errors import ConfigError
+
+T = TypeVar("T")
+
+# Keys of a run record (RUN/fitwhisper.yaml) that are not options: skipped when it is reused.
+_RUN_RECORD_PARTS = ("versions", "resolved", "code_revision", "manifests")
+
+
+def add_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    title: str | None = None,
+    *,
+    only: tuple[str, ...] | None = None,
+) -> None:
+    """Add one flag (or positional argument) per field of dataclass `cls`, in a help group
+    named `title` (the parser itself when None); `only` picks some fields."""
+    target: Any = parser
+    if title is not None:
+        target = parser.add_argument_group(title, (cls.__doc__ or "").strip().splitlines()[0])
+    hints = typing.get_type_hints(cls)
+    for f in option_fields(cls, only):
+        _add_field(target, f, hints[f.name])
+
+
+add_config_arguments = add_options  # the name bench scripts of the first round use
+
+
+def option_fields(cls: type, only: tuple[str, ...] | None = None) -> list[dataclasses.Field]:
+    """The fields of `cls` that become flags: all, or those named in `only` (in that order)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return [fields[n] for n in only] if only is not None else list(fields.values())
+
+
+def _add_field(group: Any, f: dataclasses.Field, hint: Any) -> None:
+    kind, choices, optional = _unwrap(hint)
+    default = _default_of(f)
+    meta = f.metadata
+    # argparse %-formats help text; a literal percent sign must not break it.
+    help_text = meta.get("help", "").replace("%", "%%")
+    if meta.get("positional"):
+        group.add_argument(
+            f.name,
+            metavar=meta.get("metavar", f.name.upper()),
+            nargs=meta.get("nargs"),
+            type=None if kind in (list, str) else _parser_for(kind, optional),
+            help=help_text,
+            **({"default": default} if meta.get("nargs") in ("?", "*") else {}),
+        )
+        return
+    # Aliases are the names the user's scripts and blog posts use (--model_name_or_path).
+    flags = [f"--{f.name}", *meta.get("aliases", ())]
+    # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten and
+    # `build_config` fills in the dataclass default.
+    common: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
+    if meta.get("required"):
+        common = {"dest": f.name, "required": True}
+    if meta.get("count"):
+        group.add_argument(*flags, action="count", help=help_text, **common)
+        return
+    if meta.get("switch"):  # a bare flag, never followed by a value: store_true
+        group.add_argument(*flags, action="store_true", help=help_text, **common)
+        return
+    if kind is bool:
+        shown = "auto" if default is None else "on" if default else "off"
+        negated = [f"--no-{flag[2:]}" for flag in flags if flag.startswith("--")]
+        negated += meta.get("negative_aliases", [])
+        group.add_argument(
+            *flags,
+            action=_BoolAction,
+            help=f"{help_text} (default: {shown}; {negated[0]} turns it off)",
+            **common,
+        )
+        group.add_argument(*negated, action="store_false", help=argparse.SUPPRESS, **common)
+        return
+    _add_valued(group, f, flags, common, kind, choices, optional, default, help_text)
+
+
+def _add_valued(group, f, flags, common, kind, choices, optional, default, help_text) -> None:
+    meta = f.metadata
+    if kind is list:  # list[str]: a comma list, or the flag repeated
+        group.add_argument(
+            *flags,
+            action="extend",
+            type=_comma_list,
+            metavar="A,B",
+            help=f"{help_text} (default: {','.join(default or [])})",
+            **common,
+        )
+        return
+    shown = "none" if default is None else default
+    if "const" in meta:  # a bare flag means this value (`--resume`)
+        common.update(nargs="?", const=meta["const"])
+    group.add_argument(
+        *flags,
+        type=_parser_for(kind, optional),
+        choices=choices,
+        metavar=meta.get("metavar") or (None if choices else kind.__name__.upper()),
+        help=help_text if meta.get("required") else f"{help_text} (default: {shown})",
+        **common,
+    )
+
+
+class _BoolAction(argparse.Action):
+    """`--flag`, or `--flag true|false` (also `--flag=True`, as the user's scripts write it)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", metavar="BOOL", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True if values is None else _to_bool(parser, values))
+
+
+def _to_bool(parser: argparse.ArgumentParser, text: str) -> bool:
+    low = text.lower()
+    if low in ("true", "yes", "1", "on"):
+        return True
+    if low in ("false", "no", "0", "off"):
+        return False
+    parser.error(f"expected true or false, got {text!r}")
+    raise AssertionError("unreachable")  # parser.error exits
+
+
+def build_config(
+    cls: type[T], args: argparse.Namespace, file_values: dict[str, Any] | None = None
+) -> T:
+    """An instance of `cls` from defaults, then the config file's section, then the flags."""
+    file_values = file_values or {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in file_values.items() if k in names}
+    values.update({k: v for k, v in vars(args).items() if k in names})
+    return cls(**values)
+
+
+def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, dict[str, Any]]:
+    """Read a YAML config: either flat (`learning_rate: 1e-5`) or in sections named like the
+    run record (`model:`, `data:`, `train:`). Unknown keys are an error, all listed at once."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}", "check the path") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {p} is not valid YAML: {e}", "fix the YAML syntax") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of option: value", None)
+
+    field_section = {
+        f.name: section for section, cls in sections.items() for f in dataclasses.fields(cls)
+    }
+    out: dict[str, dict[str, Any]] = {s: {} for s in sections}
+    unknown: list[str] = []
+    for key, value in raw.items():
+        if key in sections and isinstance(value, dict):
+            for k, v in value.items():
+                (out[key].__setitem__(k, v) if field_section.get(k) == key else unknown.append(k))
+        elif key in field_section:
+            out[field_section[key]][key] = value
+        elif key not in _RUN_RECORD_PARTS:
+            unknown.append(str(key))
+    if unknown:
+        raise ConfigError(
+            f"config file {p} has unknown options: {', '.join(sorted(unknown))}",
+            "remove them or fix their spelling; `--help` lists every option",
+        )
+    return out
+
+
+def _unwrap(hint: Any) -> tuple[type, list[Any] | None, bool]:
+    """(base type, choices, optional) of a field's type hint."""
+    optional = False
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0]
+        origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = list(typing.get_args(hint))
+        return type(choices[0]), choices, optional
+    if origin is list:
+        return list, None, optional
+    return hint, None, optional
+
+
+def _parser_for(kind: type, optional: bool):
+    def parse(text: str):
+        if optional and text.lower() in ("none", "null"):
+            return None
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error messages
+    return parse
+
+
+def _comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """One option dataclass of a command: its fields become flags in a help group `title`
+    (the command's own list when None); `only` picks some of its fields."""
+
+    cls: type
+    title: str | None = None
+    only: tuple[str, ...] | None = None
+
+    def fields(self) -> list[dataclasses.Field]:
+        return option_fields(self.cls, self.only)
+
+
+def add_command(
+    sub: argparse._SubParsersAction,
+    common: argparse.ArgumentParser,
+    name: str,
+    options: Sequence[Options],
+    run: Callable[[argparse.Namespace], int],
+    **parser_kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A subcommand whose flags all come from `options`; `run(args)` runs it."""
+    p = sub.add_parser(name, parents=[common], **parser_kwargs)
+    for o in options:
+        add_options(p, o.cls, o.title, only=o.only)
+    p.set_defaults(func=run)
+    return p
