@@ -286,8 +286,8 @@ def _child(spec: dict) -> int:
         metric = _evaluate(trainer.model, processor, spec, out / "eval")
         extra = {"precompute_s": precompute_s}
     if spec["kind"] == "fitwhisper":
-        from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
         from fitwhisper.cli.flags import add_config_arguments, build_config
+        from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
         from fitwhisper.train import train
 
         argv = [

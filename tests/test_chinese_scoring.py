@@ -5,9 +5,6 @@ import json
 
 import pytest
 
-from fitwhisper.errors import ConfigError
-from fitwhisper.evaluate import EvalResult, make_scorer, resolve_expected_script
-from fitwhisper.scoring import NormalizeOptions, TextNormalizer, mixed_tokens, score
 from fitwhisper.chinese_script import (
     char_script,
     check_output_script,
@@ -15,6 +12,9 @@ from fitwhisper.chinese_script import (
     script_share,
     to_script,
 )
+from fitwhisper.errors import ConfigError
+from fitwhisper.evaluate import EvalResult, make_scorer, resolve_expected_script
+from fitwhisper.scoring import NormalizeOptions, TextNormalizer, mixed_tokens, score
 
 CHINESE = TextNormalizer("chinese")
 

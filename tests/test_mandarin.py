@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fitwhisper.chinese_script import rows_in_script
 from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.data.features import SpeechDataset, label_ids
@@ -15,7 +16,6 @@ from fitwhisper.data.manifest import Row
 from fitwhisper.errors import ConfigError
 from fitwhisper.guard import mix_rehearsal
 from fitwhisper.models.presets import apply_model_preset, preset_for
-from fitwhisper.chinese_script import rows_in_script
 from fitwhisper.train import train, validate
 
 BREEZE = "MediaTek-Research/Breeze-ASR-25"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fitwhisper.cli.flags import add_config_arguments, build_config, load_config_file
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.cli.flags import add_config_arguments, build_config, load_config_file
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 

@@ -70,8 +70,8 @@ def _train_parser(parser):
 
 
 def test_aliases_and_document_spellings_fill_the_options() -> None:
-    from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
     from fitwhisper.cli.flags import build_config
+    from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 
     args = build_parser().parse_args(
         [

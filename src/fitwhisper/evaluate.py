@@ -428,9 +428,9 @@ def evaluate_model(
     from torch.utils.data import Subset
     from transformers import Seq2SeqTrainingArguments
 
+    from fitwhisper.chinese_script import check_output_script, to_script
     from fitwhisper.data.features import WhisperCollator
     from fitwhisper.memory.backoff import BackoffTrainer
-    from fitwhisper.chinese_script import check_output_script, to_script
 
     chosen_metric, norm = make_scorer(language, metric, normalizer, opencc, options)
     output_script = check_output_script(output_script)
@@ -508,9 +508,9 @@ def evaluate_manifest(
     silently smaller set would not be comparable. `bad_rows="skip"` leaves them out,
     counted and named in the result.
     """
+    from fitwhisper.chinese_script import check_output_script
     from fitwhisper.models.presets import preset_language
     from fitwhisper.models.resolve import load_processor
-    from fitwhisper.chinese_script import check_output_script
 
     # Bad options fail before any work.
     make_scorer(language, metric, normalizer, opencc, options)
@@ -537,8 +537,8 @@ def compare_manifest(
     """Score two models on the same clips with the same metric and normaliser
     (`fitwhisper evaluate MODEL MANIFEST --compare BASELINE`). Keyword arguments are those
     of `evaluate_manifest`. The data is checked once, with the first model's tokenizer."""
-    from fitwhisper.models.resolve import load_processor
     from fitwhisper.chinese_script import check_output_script
+    from fitwhisper.models.resolve import load_processor
 
     language, metric = kwargs.get("language"), kwargs.get("metric")
     make_scorer(

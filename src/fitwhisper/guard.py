@@ -85,9 +85,9 @@ class RegressionReport:
 def prepare_rows(model_cfg, data_cfg, train_cfg, processor, train_rows, eval_rows):
     """Training and eval rows in the output script and with the language-token strategy,
     rehearsal rows mixed in (counted), and the regression guard (None without the option)."""
+    from fitwhisper.chinese_script import rows_in_script
     from fitwhisper.codeswitch import rows_for_strategy
     from fitwhisper.evaluate import checked_rows
-    from fitwhisper.chinese_script import rows_in_script
 
     train_rows = rows_for_strategy(rows_in_script(train_rows, model_cfg.output_script),
                                    data_cfg.language_token)  # fmt: skip
@@ -117,8 +117,8 @@ def prepare_rows(model_cfg, data_cfg, train_cfg, processor, train_rows, eval_row
 
 def option_problems(model_cfg, data_cfg, train_cfg) -> list[str]:
     """Problems of the guard, rehearsal, language-token and output-script options."""
-    from fitwhisper.errors import ConfigError
     from fitwhisper.chinese_script import check_output_script
+    from fitwhisper.errors import ConfigError
 
     problems = []
     if not 0 < data_cfg.rehearsal_share < 1:

@@ -68,6 +68,7 @@ def train(
     """
     from transformers import set_seed
 
+    from fitwhisper.chinese_script import expected_script
     from fitwhisper.codeswitch import configure_no_language_token, dataset_language
     from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
@@ -80,7 +81,6 @@ def train(
     from fitwhisper.models.presets import apply_model_preset
     from fitwhisper.models.resolve import load_model, load_processor
     from fitwhisper.resume import checkpoint_marker, fingerprint
-    from fitwhisper.chinese_script import expected_script
 
     model_cfg = apply_model_preset(model_cfg)  # Breeze-ASR-25: zh, Traditional output
     validate(model_cfg, data_cfg, train_cfg)

@@ -146,9 +146,9 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    from fitwhisper.chinese_script import check_output_script
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
-    from fitwhisper.chinese_script import check_output_script
     from fitwhisper.transcribe.formats import render
     from fitwhisper.transcribe.inputs import collect_inputs
     from fitwhisper.transcribe.options import TranscribeOptions
