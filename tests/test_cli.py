@@ -1,22 +1,94 @@
-"""The command line: help for every command, user errors without tracebacks, --debug."""
+"""The command line: every flag from a dataclass field, help for every option, --help
+before torch loads, user errors without tracebacks, --debug."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import subprocess
+import sys
+
 import pytest
 
-from fitwhisper.cli import build_parser, main
+from fitwhisper.cli import COMMANDS as COMMAND_MODULES
+from fitwhisper.cli import CommonOptions, build_parser, main
+from fitwhisper.cli.flags import Options, build_config
 from fitwhisper.errors import DataError
 
-COMMANDS = (
-    "check-data",
-    "import-ct2",
-    "models",
-    "demo",
-    "train",
-    "evaluate",
-    "transcribe",
-    "export",
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    return build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+
+
+COMMANDS = tuple(_subparsers())
+# Each subcommand's name, taken from the parser itself, with its module.
+MODULES = {name: m for name, m in zip(COMMANDS, COMMAND_MODULES, strict=True)}
+
+
+def test_every_command_module_is_a_subcommand() -> None:
+    assert len(COMMANDS) == len(COMMAND_MODULES) == 11
+    for name, module in MODULES.items():
+        assert module.__name__.rsplit(".", 1)[1] == name.replace("-", "_")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_flag_comes_from_a_dataclass_field_with_help_and_its_default(name: str) -> None:
+    """Each option of each subcommand is a field of the command's option dataclasses (or
+    the common ones), has help, and is that field's default when the flag is absent."""
+    options = [*MODULES[name].OPTIONS, Options(CommonOptions)]
+    fields = {f.name: (o.cls, f) for o in options for f in o.fields()}
+    sub = _subparsers()[name]
+    positionals = []
+    for action in sub._actions:
+        if action.dest == "help" or action.help == argparse.SUPPRESS:
+            continue  # --no-X of a bool field is the same field's action
+        assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+        assert action.dest in fields, f"{name} {action.dest} is not a dataclass field"
+        cls, f = fields[action.dest]
+        if not action.option_strings:
+            positionals.append(action)
+            continue
+        if action.required:
+            continue
+        shown = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if isinstance(shown, bool) or shown is None:
+            continue  # shown as on/off/auto/none
+        text = ",".join(shown) if isinstance(shown, list) else str(shown)
+        if not f.metadata.get("count") and not f.metadata.get("switch"):
+            assert f"default: {text}" in " ".join(action.help.split()), (name, f.name)
+    # Parsed with only the required arguments, every field holds its dataclass default.
+    argv = [name, *("x" for a in positionals if a.nargs not in ("?", "*"))]
+    argv += [a for act in sub._actions if act.required and act.option_strings
+             for a in (act.option_strings[0], "x")]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    for o in options:
+        built = build_config(o.cls, args)
+        for f in o.fields():
+            if f.name in vars(args) and not f.metadata.get("count"):
+                continue  # given above (positional or required), or set by argparse itself
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            assert getattr(built, f.name) == default, (name, f.name)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["train", "--help"], ["evaluate", "--help"], ["train", "--bogus"]],
 )
+def test_help_and_bad_flags_answer_before_torch_loads(argv: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from fitwhisper.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "print('CODE', code, 'HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    last = out.stdout.strip().splitlines()[-1]
+    expected = 2 if "--bogus" in argv else 0
+    assert last == f"CODE {expected} HEAVY []"
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,10 +102,10 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_option_of_every_command_has_help(name: str) -> None:
-    sub = build_parser()._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+    sub = _subparsers()[name]
     assert sub.description or sub.format_usage()
     for action in sub._actions:
-        if action.dest != "help":
+        if action.dest != "help" and action.help != argparse.SUPPRESS:
             assert action.help, f"{name} {action.option_strings or action.dest} has no help"
 
 
@@ -95,7 +167,10 @@ def test_evaluate_takes_the_model_then_the_manifest(capsys: pytest.CaptureFixtur
         "test.jsonl",
         "offline/tiny.en",
     )
-    assert (args.normalizer, args.opencc, args.bad_rows) == ("auto", "none", "error")
+    from fitwhisper.config import DataConfig, EvalConfig
+
+    scoring, data = build_config(EvalConfig, args), build_config(DataConfig, args)
+    assert (scoring.normalizer, scoring.opencc, data.bad_rows) == ("auto", None, "error")
     # The old form `evaluate MANIFEST --model M` is gone: a usage error, not a wrong run.
     with pytest.raises(SystemExit) as e:
         main(["evaluate", "test.jsonl", "--model", "runs/x/final"])

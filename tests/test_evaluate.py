@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from fitwhisper.cli import main
+from fitwhisper.config import DataConfig
 from fitwhisper.evaluate import (
     Comparison,
     EvalResult,
-    _language_groups,
     decode,
     evaluate_manifest,
     make_scorer,
@@ -21,6 +21,7 @@ from fitwhisper.evaluate import (
     model_slug,
     scoring_language,
 )
+from fitwhisper.evaluate.generate import _language_groups
 from fitwhisper.scoring import score
 
 
@@ -57,7 +58,7 @@ def test_evaluate_manifest_writes_per_utterance_errors_and_skips_bad_rows(
         tone_manifest,
         batch_size=4,
         generation_max_length=8,
-        bad_rows="skip",
+        data_cfg=DataConfig(bad_rows="skip"),
     )
     assert res.score.metric == "wer"
     assert res.score.n_utterances == 6

@@ -14,9 +14,9 @@ from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.data.features import SpeechDataset, label_ids
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import ConfigError
-from fitwhisper.guard import mix_rehearsal
 from fitwhisper.models.presets import apply_model_preset, preset_for
 from fitwhisper.train import train, validate
+from fitwhisper.train.rows import mix_rehearsal
 
 BREEZE = "MediaTek-Research/Breeze-ASR-25"
 

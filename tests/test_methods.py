@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fitwhisper import methods
 from fitwhisper.config import WHISPER_LINEAR_MODULES, DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError, ModelLoadError
 from fitwhisper.models.resolve import has_processor
-from fitwhisper.train import train, validate
+from fitwhisper.train import methods, train, validate
 
 # Merged vs adapter model in float32: only the order of the sums differs.
 LOGITS_ATOL = 1e-4  # tiny random Whisper, logits of order 1
@@ -219,13 +218,9 @@ def test_quantised_options_pass_where_cuda_and_bitsandbytes_exist(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import fitwhisper.precision as precision
-    import fitwhisper.train as train_module
 
-    for module in (methods, train_module):
-        monkeypatch.setattr(module, "_cuda_available", lambda: True)
-    ampere = {"cuda": True, "bf16_supported": True}
-    for module in (precision, train_module):
-        monkeypatch.setattr(module, "hardware", lambda: ampere)
+    monkeypatch.setattr(methods, "_cuda_available", lambda: True)
+    monkeypatch.setattr(precision, "hardware", lambda: {"cuda": True, "bf16_supported": True})
     monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
     train_cfg = TrainConfig(train_manifest="t.jsonl", bf16=True, optim="adamw_8bit")
     validate(ModelConfig(use_4bit=True), DataConfig(), train_cfg)  # no error
@@ -237,29 +232,29 @@ def test_quantised_options_pass_where_cuda_and_bitsandbytes_exist(
 
 
 def test_bitsandbytes_configs_follow_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert methods.quantization_config(ModelConfig(), TrainConfig()) is None
-    assert methods.load_kwargs(ModelConfig(use_lora=True), TrainConfig()) == {}
+    assert methods.quantization_config(ModelConfig(), "fp32") is None
+    assert methods.load_kwargs(ModelConfig(use_lora=True), "fp32") == {}
 
-    q8 = methods.quantization_config(ModelConfig(use_8bit=True), TrainConfig())
+    q8 = methods.quantization_config(ModelConfig(use_8bit=True), "fp32")
     assert q8.load_in_8bit and not q8.load_in_4bit
 
-    def q4(train_cfg: TrainConfig, dtype: str = "auto"):
+    def q4(precision: str, dtype: str = "auto"):
         return methods.quantization_config(
-            ModelConfig(use_4bit=True, bnb_4bit_compute_dtype=dtype), train_cfg
+            ModelConfig(use_4bit=True, bnb_4bit_compute_dtype=dtype), precision
         )
 
-    cfg = q4(TrainConfig())
+    cfg = q4("fp32")
     assert cfg.load_in_4bit and not cfg.load_in_8bit
     assert (cfg.bnb_4bit_quant_type, cfg.bnb_4bit_use_double_quant) == ("nf4", True)
     assert cfg.bnb_4bit_compute_dtype == torch.float32
-    assert q4(TrainConfig(bf16=True)).bnb_4bit_compute_dtype == torch.bfloat16
-    assert q4(TrainConfig(fp16=True)).bnb_4bit_compute_dtype == torch.float16
-    assert q4(TrainConfig(), "bfloat16").bnb_4bit_compute_dtype == torch.bfloat16
+    assert q4("bf16").bnb_4bit_compute_dtype == torch.bfloat16
+    assert q4("fp16").bnb_4bit_compute_dtype == torch.float16
+    assert q4("fp32", "bfloat16").bnb_4bit_compute_dtype == torch.bfloat16
 
     # Without CUDA or bitsandbytes, loading refuses with the fix.
     monkeypatch.setattr(methods, "_cuda_available", lambda: False)
     with pytest.raises(ConfigError) as e:
-        methods.load_kwargs(ModelConfig(use_8bit=True), TrainConfig())
+        methods.load_kwargs(ModelConfig(use_8bit=True), "fp32")
     assert e.value.message == "8-bit and 4-bit loading need a CUDA GPU and bitsandbytes"
     assert "pip install 'fitwhisper[gpu]'" in e.value.hint
 
@@ -267,7 +262,7 @@ def test_bitsandbytes_configs_follow_the_options(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(methods, "_cuda_available", lambda: True)
     monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    kwargs = methods.load_kwargs(ModelConfig(use_4bit=True), TrainConfig())
+    kwargs = methods.load_kwargs(ModelConfig(use_4bit=True), "fp32")
     assert kwargs["device_map"] == {"": 1} and kwargs["quantization_config"].load_in_4bit
 
 

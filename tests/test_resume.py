@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fitwhisper.cli import main
-from fitwhisper.resume import MARKER, checkpoints, is_complete, step_of
+from fitwhisper.train.resume import MARKER, checkpoints, is_complete, step_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def test_resume_refuses_a_changed_run_then_proceeds_when_told(
     assert "--learning_rate" not in err
 
     # Options that do not change what is learnt may differ (logging, eval batch, workers).
-    from fitwhisper.resume import RESUMABLE_CHANGES
+    from fitwhisper.train.resume import RESUMABLE_CHANGES
 
     assert {"logging_steps", "per_device_eval_batch_size", "report_to"} <= RESUMABLE_CHANGES
 
@@ -98,7 +98,7 @@ def test_resume_refuses_a_changed_run_then_proceeds_when_told(
 
 
 def test_resume_takes_the_newest_complete_checkpoint(tmp_path: Path, caplog) -> None:
-    from fitwhisper.resume import find_checkpoint, remove_incomplete_after
+    from fitwhisper.train.resume import find_checkpoint, remove_incomplete_after
 
     for step, complete in ((2, True), (4, True), (6, False)):
         ckpt = tmp_path / f"checkpoint-{step}"
@@ -192,13 +192,13 @@ def test_killed_run_resumes_to_the_losses_of_an_uninterrupted_run(
 
 def test_overwrite_output_dir_clears_an_earlier_run(tmp_path: Path) -> None:
     from fitwhisper.config import TrainConfig
-    from fitwhisper.train import _prepare_output_dir
+    from fitwhisper.train.resume import prepare_output_dir
 
     for name in ("checkpoint-2", "checkpoint-4", "logs", "final"):
         (tmp_path / name).mkdir()
     (tmp_path / "logs" / "events.out.tfevents.1.host").write_bytes(b"x")
     cfg = TrainConfig(output_dir=str(tmp_path), overwrite_output_dir=True)
-    assert _prepare_output_dir(tmp_path, cfg, {}) is None
+    assert prepare_output_dir(tmp_path, cfg, {}) is None
     assert checkpoints(tmp_path) == [] and not list((tmp_path / "logs").iterdir())
     assert (tmp_path / "final").is_dir()  # replaced by the new run's when it ends
 

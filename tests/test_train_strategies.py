@@ -264,11 +264,11 @@ def test_the_plan_line_counts_steps_like_trainer(
 ) -> None:
     from types import SimpleNamespace
 
-    from fitwhisper.train import _log_plan
+    from fitwhisper.train.trainer import log_plan
 
     cfg = TrainConfig(per_device_train_batch_size=4, gradient_accumulation_steps=2, **options)
     with caplog.at_level("INFO", logger="fitwhisper.train"):
-        _log_plan(
+        log_plan(
             cfg, 10, SimpleNamespace(world_size=1, fp16=False, bf16=False), resumed_step=resumed
         )
     assert "effective batch = 4 x 2 x 1 process(es) = 8" in caplog.text

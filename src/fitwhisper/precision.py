@@ -57,3 +57,14 @@ def hardware() -> dict[str, bool]:
 
     cuda = torch.cuda.is_available()
     return {"cuda": cuda, "bf16_supported": bool(cuda and torch.cuda.is_bf16_supported())}
+
+
+def run_precision(fp16: bool | None, bf16: bool | None) -> Precision:
+    """The precision a run on this machine trains in: the flags, else the GPU decides.
+    `train` resolves it once and passes it down (method, Trainer arguments, memory plan)."""
+    return choose_precision(fp16, bf16, **hardware())
+
+
+def problems_here(fp16: bool | None, bf16: bool | None) -> list[str]:
+    """`precision_problems` of the flags on this machine."""
+    return precision_problems(fp16, bf16, **hardware())

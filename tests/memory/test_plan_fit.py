@@ -52,6 +52,7 @@ def test_plan_json_flag_prints_the_recommendation(plan_file, small_config_dir, c
 
 
 def test_plan_round_trips_into_trains_config(plan_file, tmp_path, monkeypatch):
+    import fitwhisper.precision as precision
     import fitwhisper.train as train_module
 
     s = json.loads(plan_file.read_text())["settings"]
@@ -63,7 +64,7 @@ def test_plan_round_trips_into_trains_config(plan_file, tmp_path, monkeypatch):
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "optim", "bf16"):
         assert getattr(train_cfg, key) == s[key]
     # On an Ampere GPU the planned options pass train's validation; on this CPU they may not.
-    monkeypatch.setattr(train_module, "hardware", lambda: {"cuda": True, "bf16_supported": True})
+    monkeypatch.setattr(precision, "hardware", lambda: {"cuda": True, "bf16_supported": True})
     train_module.validate(model_cfg, DataConfig(), train_cfg)
 
 

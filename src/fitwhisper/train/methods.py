@@ -1,6 +1,7 @@
 """Training methods: full fine-tuning, LoRA, and LoRA on an 8-bit or a 4-bit (QLoRA) base.
 
-`fitwhisper train` picks the method from its flags:
+`fitwhisper train` picks the method from its flags (the run's precision, resolved once by
+`train`, decides the 4-bit layers' compute dtype):
 
     (none)               full fine-tuning; --freeze_encoder trains the decoder only
     --use_lora           LoRA adapters (PEFT) on a frozen base; the run saves the adapter
@@ -9,7 +10,7 @@
 
 Quantisation happens inside `from_pretrained`, so it comes in two parts: `load_kwargs`
 before loading (the BitsAndBytesConfig), `prepare_for_training` after it (freezing, kbit
-preparation, adapters). `problems` lists what cannot work, for `train.validate`, before
+preparation, adapters). `problems` lists what cannot work, for `train.validation`, before
 anything loads.
 """
 
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from fitwhisper.config import WHISPER_LINEAR_MODULES, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.precision import Precision
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ def method_of(model_cfg: ModelConfig) -> Method:
     return "lora" if model_cfg.use_lora else "full"
 
 
-def problems(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
+def problems(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: Precision) -> list[str]:
     """Every conflict among the method options, as flag-named sentences (empty: all fine).
 
     Checks only what is known without loading anything: option values, CUDA and whether
@@ -85,7 +87,6 @@ def problems(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
             found.append(f"--optim adamw_8bit needs bitsandbytes: {GPU_EXTRA_HINT}")
     if model_cfg.use_4bit:
         dtype = model_cfg.bnb_4bit_compute_dtype
-        precision = _precision(train_cfg)
         if precision == "fp16" and dtype in ("bfloat16", "float32"):
             found.append(
                 f"--fp16 with --bnb_4bit_compute_dtype {dtype}: mixed precision and the 4-bit "
@@ -99,7 +100,7 @@ def problems(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
     return found
 
 
-def quantization_config(model_cfg: ModelConfig, train_cfg: TrainConfig):
+def quantization_config(model_cfg: ModelConfig, precision: Precision):
     """The BitsAndBytesConfig for `from_pretrained`, or None for an unquantised base.
 
     8-bit is LLM.int8() with its default outlier threshold. 4-bit is the QLoRA recipe:
@@ -114,36 +115,28 @@ def quantization_config(model_cfg: ModelConfig, train_cfg: TrainConfig):
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=getattr(torch, compute_dtype_name(model_cfg, train_cfg)),
+            bnb_4bit_compute_dtype=getattr(torch, compute_dtype_name(model_cfg, precision)),
         )
     if model_cfg.use_8bit:
         return BitsAndBytesConfig(load_in_8bit=True)
     return None
 
 
-def compute_dtype_name(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
-    """The 4-bit compute dtype: as asked, or following the mixed-precision flag."""
+def compute_dtype_name(model_cfg: ModelConfig, precision: Precision) -> str:
+    """The 4-bit compute dtype: as asked, or following the run's mixed precision."""
     if model_cfg.bnb_4bit_compute_dtype != "auto":
         return model_cfg.bnb_4bit_compute_dtype
-    precision = _precision(train_cfg)
     return {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
 
 
-def _precision(train_cfg: TrainConfig) -> str:
-    """The run's precision: as flagged, or chosen from the GPU (see fitwhisper.precision)."""
-    from fitwhisper.precision import choose_precision, hardware
-
-    return choose_precision(train_cfg.fp16, train_cfg.bf16, **hardware())
-
-
-def load_kwargs(model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict[str, Any]:
+def load_kwargs(model_cfg: ModelConfig, precision: Precision) -> dict[str, Any]:
     """Extra `from_pretrained` arguments for the method: none, or quantisation + placement.
 
     Raises:
         ConfigError: 8-bit/4-bit without CUDA or bitsandbytes (validate() says so earlier;
             this guards callers that skip it).
     """
-    bnb = quantization_config(model_cfg, train_cfg)
+    bnb = quantization_config(model_cfg, precision)
     if bnb is None:
         return {}
     if not _cuda_available() or not _bitsandbytes_installed():

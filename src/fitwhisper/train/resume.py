@@ -3,7 +3,8 @@
 `fitwhisper train --resume` continues from the newest complete checkpoint in the run folder
 (`--resume PATH`: a named one); Trainer's `resume_from_checkpoint` restores the weights,
 optimizer, scheduler, RNG and data position. This module only decides *which* checkpoint,
-and refuses one whose run differed, field by field and manifest by hash.
+and refuses one whose run differed, field by field and manifest by hash;
+`prepare_output_dir` applies `--resume` / `--overwrite_output_dir` to the run folder.
 
 Completeness: Trainer writes a checkpoint's files one after another (model, optimizer,
 scheduler, RNG, trainer_state.json last), so a SIGKILL can leave a half-written folder.
@@ -22,6 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fitwhisper.config import TrainConfig
 from fitwhisper.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -221,3 +223,32 @@ def _trainer_state_ok(path: Path) -> bool:
 
 def _short(sha: str | None) -> str:
     return sha[:12] if sha else "none"
+
+
+def prepare_output_dir(out: Path, cfg: TrainConfig, run_fingerprint: dict) -> Path | None:
+    """The checkpoint to resume from (checked against this run), or None for a fresh start;
+    clears an earlier run's checkpoints and TensorBoard events with --overwrite_output_dir."""
+    from fitwhisper.train.trainer import logs_dir
+
+    if cfg.resume:
+        ckpt = find_checkpoint(out, cfg.resume)
+        check_unchanged(ckpt, run_fingerprint, proceed=cfg.resume_despite_changes)
+        remove_incomplete_after(out, step_of(ckpt))
+        log.info("resuming from %s", ckpt)
+        return ckpt
+    if cfg.overwrite_output_dir:
+        old = checkpoints(out)
+        for ckpt in old:
+            shutil.rmtree(ckpt)
+        events = list(logs_dir(cfg, out).glob("events.out.tfevents.*"))
+        for f in events:
+            f.unlink()
+        if old or events:
+            log.warning(
+                "--overwrite_output_dir: deleted %d checkpoint(s) and %d TensorBoard event "
+                "file(s) of an earlier run in %s",
+                len(old),
+                len(events),
+                out,
+            )
+    return None

@@ -1,0 +1,78 @@
+"""The checked, usable rows of a manifest: the one way every command reads data.
+
+`train` (training and held-out rows), `evaluate`, the forgetting guard, rehearsal and the
+export re-check all take their rows from `usable_rows`: load the manifest, check every row
+(data/check.py), apply `--bad_rows` and `--max_*_samples`, and say what was left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.config import DataConfig
+from fitwhisper.data.check import CheckReport, apply_bad_row_policy, check_manifest
+from fitwhisper.data.manifest import Row, load_manifest, select
+from fitwhisper.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class UsableRows:
+    """A manifest's rows fit to use, and what the check found.
+
+    ``durations`` are the seconds the check measured, one per row of ``rows``; ``skipped``
+    names each row left out by ``--bad_rows skip`` as ``file:line problem (detail)``.
+    """
+
+    rows: list[Row]
+    skipped: tuple[str, ...]
+    report: CheckReport
+    durations: list[float]
+
+    def summary(self, path: str | Path, sha256: str | None) -> dict:
+        """What data_report.json records for one manifest."""
+        return {
+            "manifest": str(path),
+            "sha256": sha256,
+            "rows": len(self.report.rows),
+            "usable": len(self.report.usable_rows()),
+            "used": len(self.rows),
+            "problems": self.report.counts(),
+        }
+
+
+def usable_rows(
+    manifest_path: str | Path,
+    data_cfg: DataConfig | None,
+    tokenizer=None,
+    *,
+    limit: int | None = None,
+    purpose: str = "training",
+    report_path: str | Path | None = None,
+) -> UsableRows:
+    """The rows of `manifest_path` that pass the data check, by `data_cfg.bad_rows`.
+
+    Args:
+        data_cfg: columns, clip-length and label limits, and the bad-row policy.
+        tokenizer: measures transcripts against `max_label_tokens` (None: not measured).
+        limit: keep only the first N usable rows.
+        purpose: "training" or "scoring", for the error message.
+        report_path: write the per-row report here (.csv or .jsonl) before deciding.
+
+    Raises:
+        DataError: bad rows with `bad_rows="error"`, or no usable row at all.
+    """
+    cfg = data_cfg or DataConfig()
+    if cfg.bad_rows not in ("error", "skip"):
+        raise ConfigError(f"unknown --bad_rows {cfg.bad_rows!r}", hint="use error or skip")
+    manifest = load_manifest(manifest_path, **cfg.manifest_columns())
+    report = check_manifest(manifest, cfg, tokenizer=tokenizer)
+    if report_path is not None:
+        report.write(report_path)
+    rows = select(apply_bad_row_policy(report, cfg, report_path, purpose=purpose), limit)
+    measured = {r.row.index: r.duration_s for r in report.rows}
+    skipped = tuple(
+        f"{r.where} {'; '.join(f'{p.kind} ({p.detail})' for p in r.problems)}"
+        for r in report.bad_rows()
+    )
+    return UsableRows(rows, skipped, report, [measured.get(r.index) or 0.0 for r in rows])

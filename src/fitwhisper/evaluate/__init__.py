@@ -1,0 +1,44 @@
+"""Scoring by real generation: the model writes its transcript, we compare (WER, CER, MER).
+
+Training-time evaluation and `fitwhisper evaluate` both go through `Seq2SeqTrainer` with
+`predict_with_generate` and the same scorer, so a checkpoint's WER is the same number
+wherever it is computed. Never teacher-forced.
+
+- `scorer`: metric and normaliser for a language (`make_scorer`), Trainer's `metrics_fn`
+- `generate`: a model over rows (`evaluate_model`), a manifest (`evaluate_manifest`), two
+  models side by side (`compare_manifest`)
+- `results`: `EvalResult` and `Comparison`, and the files and tables they write
+
+`fitwhisper evaluate MODEL MANIFEST [--compare OTHER]` runs them; options are `EvalConfig`.
+"""
+
+from fitwhisper.evaluate.generate import (
+    compare_manifest,
+    eval_config,
+    evaluate_manifest,
+    evaluate_model,
+)
+from fitwhisper.evaluate.results import UNITS, Comparison, EvalResult, model_slug
+from fitwhisper.evaluate.scorer import (
+    decode,
+    make_scorer,
+    metrics_fn,
+    resolve_expected_script,
+    scoring_language,
+)
+
+__all__ = [
+    "UNITS",
+    "Comparison",
+    "EvalResult",
+    "compare_manifest",
+    "decode",
+    "eval_config",
+    "evaluate_manifest",
+    "evaluate_model",
+    "make_scorer",
+    "metrics_fn",
+    "model_slug",
+    "resolve_expected_script",
+    "scoring_language",
+]

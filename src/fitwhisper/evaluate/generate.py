@@ -1,0 +1,256 @@
+"""Running a model over rows by generation and scoring what it wrote.
+
+`evaluate_model` is the one path: `Seq2SeqTrainer.predict` with `predict_with_generate`,
+the same collator and generation settings as training-time evaluation, never
+teacher-forced. `evaluate_manifest` and `compare_manifest` (`fitwhisper evaluate`) load the
+model(s) and the checked rows around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, EvalConfig
+from fitwhisper.evaluate.results import Comparison, EvalResult
+from fitwhisper.evaluate.scorer import make_scorer, resolve_expected_script, scoring_language
+from fitwhisper.scoring import score
+
+
+def eval_config(cfg: EvalConfig | None = None, **options) -> EvalConfig:
+    """`cfg` (or the defaults) with `options` (EvalConfig field names) written over it;
+    the one place that checks the scorer and script options, before any model loads.
+
+    Raises:
+        TypeError: an option that is not an EvalConfig field.
+        ConfigError: an unknown normaliser option, OpenCC table or output script.
+    """
+    from fitwhisper.chinese_script import check_output_script
+
+    cfg = dataclasses.replace(cfg or EvalConfig(), **options)
+    make_scorer(cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, cfg.normalize_options())
+    check_output_script(cfg.output_script)
+    return cfg
+
+
+def evaluate_model(
+    model,
+    processor,
+    dataset,
+    references: Sequence[str],
+    ids: Sequence[str],
+    cfg: EvalConfig | None = None,
+    *,
+    collator=None,
+    languages: Sequence[str | None] | None = None,
+    tags: Sequence[str | None] | None = None,
+    model_name: str = "",
+    **options,
+) -> EvalResult:
+    """Transcribe every clip of `dataset` by greedy generation and score it.
+
+    This is the same `Seq2SeqTrainer.predict` path that training-time evaluation takes
+    (same collator, batch size and generation settings), so the numbers agree.
+
+    Args:
+        model: a WhisperForConditionalGeneration (or PEFT-wrapped) whose generation_config
+            carries language and task.
+        processor: its WhisperProcessor.
+        dataset: a torch Dataset yielding {"input_features", "labels"}, in reference order.
+        references: the manifest's transcripts, one per clip.
+        ids: row ids for the per-utterance file.
+        cfg: metric, normaliser, scripts, batch size, generation length; `cfg.language`
+            picks metric and normaliser when those are not given. `options` are EvalConfig
+            fields written over it.
+        languages: each clip's language token for generation; clips are generated in
+            groups of one language. None: the model's generation config decides.
+        tags: each clip's language tag, for the per-language breakdown (default: languages).
+        model_name: the model as the user named it, for the reports.
+    """
+    import torch
+    from torch.utils.data import Subset
+    from transformers import Seq2SeqTrainingArguments
+
+    from fitwhisper.chinese_script import to_script
+    from fitwhisper.data.features import WhisperCollator
+    from fitwhisper.evaluate.scorer import decode
+    from fitwhisper.memory.backoff import BackoffTrainer
+
+    cfg = eval_config(cfg, **options)
+    metric, norm = make_scorer(
+        cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, cfg.normalize_options()
+    )
+    collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
+    groups = _language_groups(languages, len(dataset))
+    hyps: list[str] = [""] * len(dataset)
+    with tempfile.TemporaryDirectory(prefix="fitwhisper-eval-") as tmp:
+        args = Seq2SeqTrainingArguments(
+            output_dir=tmp,
+            per_device_eval_batch_size=cfg.batch_size,
+            predict_with_generate=True,
+            generation_max_length=cfg.generation_max_length,
+            generation_num_beams=1,
+            report_to="none",
+            remove_unused_columns=False,
+            disable_tqdm=True,
+            dataloader_pin_memory=torch.cuda.is_available(),
+        )
+        # Halves the generation batch on OOM (backoff.py).
+        trainer = BackoffTrainer(
+            model=model,
+            args=args,
+            data_collator=collator,
+            processing_class=processor,
+        )
+        gen = model.generation_config
+        saved_language = gen.language
+        try:
+            for lang, idx in groups:
+                part = dataset
+                if len(groups) > 1:
+                    # Whisper prompts a batch with one language: generate group by group.
+                    part, gen.language = Subset(dataset, idx), lang
+                out = trainer.predict(part, metric_key_prefix="eval")
+                texts = decode(processor.tokenizer, out.predictions)
+                for i, text in zip(idx, texts, strict=True):
+                    hyps[i] = to_script(text, cfg.output_script)
+        finally:
+            gen.language = saved_language
+    return EvalResult(
+        score=score(list(references), hyps, metric, norm),
+        references=tuple(references),
+        hypotheses=tuple(hyps),
+        ids=tuple(ids),
+        normalizer=norm,
+        model=model_name,
+        languages=tuple(tags if tags is not None else (languages or ())),
+        expected_script=resolve_expected_script(cfg.expected_script, cfg.output_script, references),
+        output_script=cfg.output_script,
+    )
+
+
+def evaluate_manifest(
+    model_spec: str,
+    manifest_path: str | Path,
+    cfg: EvalConfig | None = None,
+    data_cfg: DataConfig | None = None,
+    **options,
+) -> EvalResult:
+    """Score any resolvable model on a manifest (the engine of `fitwhisper evaluate`).
+
+    Rows that fail the data check are an error by default (`data_cfg.bad_rows`), as in
+    training: scores on a silently smaller set would not be comparable. `bad_rows="skip"`
+    leaves them out, counted and named in the result. `options` are EvalConfig fields
+    written over `cfg`.
+    """
+    from fitwhisper.data.usable import usable_rows
+    from fitwhisper.models.presets import preset_language
+    from fitwhisper.models.resolve import load_processor
+
+    cfg = eval_config(cfg, **options)  # bad options fail before any work
+    if cfg.language is None:
+        cfg = dataclasses.replace(cfg, language=preset_language(model_spec))
+    processor = load_processor(model_spec)
+    data = usable_rows(
+        manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
+    )
+    res = _evaluate_rows(model_spec, processor, data.rows, cfg, _language_token(data_cfg))
+    return dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped)
+
+
+def compare_manifest(
+    model_spec: str,
+    baseline_spec: str,
+    manifest_path: str | Path,
+    cfg: EvalConfig | None = None,
+    data_cfg: DataConfig | None = None,
+    **options,
+) -> Comparison:
+    """Score two models on the same clips with the same metric and normaliser
+    (`fitwhisper evaluate MODEL MANIFEST --compare BASELINE`). The data is checked once,
+    with the first model's tokenizer."""
+    from fitwhisper.data.usable import usable_rows
+    from fitwhisper.models.resolve import load_processor
+
+    cfg = eval_config(cfg, **options)
+    processor = load_processor(model_spec)
+    data = usable_rows(
+        manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
+    )
+    results = []
+    for spec, proc in ((model_spec, processor), (baseline_spec, load_processor(baseline_spec))):
+        res = _evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg))
+        results.append(dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped))
+    return Comparison(model=results[0], baseline=results[1])
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _language_token(data_cfg: DataConfig | None) -> str:
+    return data_cfg.language_token if data_cfg else "per_row"
+
+
+def _evaluate_rows(
+    model_spec: str, processor, rows: Sequence, cfg: EvalConfig, language_token: str
+) -> EvalResult:
+    from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
+    from fitwhisper.data.features import SpeechDataset
+    from fitwhisper.models.generation import configure_generation, language_for
+    from fitwhisper.models.resolve import load_model
+
+    model = load_model(model_spec)
+    lang = language_for(model, cfg.language)
+    # A row's own language wins for its prompt, as in training (codeswitch.py: unless the
+    # language-token strategy is fixed or none).
+    prompted = rows_for_strategy(rows, language_token)
+    per_row = [language_for(model, r.language) if r.language else lang for r in prompted]
+    if len(set(per_row)) == 1:
+        lang, per_row = per_row[0], None
+    configure_generation(model, lang, cfg.task)
+    if language_token == "none":
+        configure_no_language_token(model, cfg.task)
+        lang = None
+    dataset = SpeechDataset(prompted, processor, language=lang, task=cfg.task)
+    try:
+        return evaluate_model(
+            model,
+            processor,
+            dataset,
+            [r.text for r in rows],
+            [r.id for r in rows],
+            # Metric and normaliser follow the clips, not the model: equal for --compare.
+            dataclasses.replace(cfg, language=scoring_language(rows, cfg.language)),
+            languages=per_row,
+            tags=[r.language or cfg.language for r in rows],
+            model_name=str(model_spec),
+        )
+    finally:
+        # Free the model before the next one loads (--compare): memory is released between
+        # phases, not accumulated.
+        del model
+        gc.collect()
+        _empty_cuda_cache()
+
+
+def _language_groups(
+    languages: Sequence[str | None] | None, n: int
+) -> list[tuple[str | None, list[int]]]:
+    """Clip indices grouped by generation language, in first-seen order; one group of all
+    clips (the generation config's language) when `languages` is None or all equal."""
+    if languages is None or len(set(languages)) <= 1:
+        return [(None, list(range(n)))]
+    groups: dict[str | None, list[int]] = {}
+    for i, lang in enumerate(languages):
+        groups.setdefault(lang, []).append(i)
+    return list(groups.items())
+
+
+def _empty_cuda_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,32 @@
+"""Fine-tuning: config in, run folder out. `Seq2SeqTrainer` owns the loop.
+
+Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
+
+- `run`: `train()`, the run as numbered steps, and `TrainResult`
+- `validation`: every option problem, raised at once before anything loads
+- `setup`: processor, model, datasets and Trainer for a run
+- `trainer`: Seq2SeqTrainingArguments, the Trainer class, callbacks, the logged plan
+- `methods`: full fine-tuning, LoRA, LoRA on an 8-bit or 4-bit base
+- `rows`: checked rows, output script, language tokens, rehearsal, data_report.json
+- `regression`: the forgetting guard, scored before and after training
+- `resume`: complete checkpoints, refusing a changed run, the run folder on start
+- `record`: RUN/fitwhisper.yaml, the run record
+
+The run folder:
+
+    RUN/fitwhisper.yaml   resolved configuration, versions, data hashes
+    RUN/data_report.json  what the data check found and what was skipped
+    RUN/checkpoint-N/     Trainer checkpoints (model, processor, optimizer, RNG, ...);
+                          fitwhisper_checkpoint.json marks one complete (resume.py)
+    RUN/trainer_state.json  the whole run's log history and best checkpoint
+    RUN/final/            model + processor + generation config (from_pretrained-ready);
+                          for LoRA runs the adapter, with processor and generation config
+    RUN/eval/             predictions.jsonl and metrics.json of the final model;
+                          regression.json: --regression_manifest before and after
+    RUN/logs/             TensorBoard events
+"""
+
+from fitwhisper.train.run import TrainResult, train
+from fitwhisper.train.validation import validate
+
+__all__ = ["TrainResult", "train", "validate"]

@@ -1,0 +1,198 @@
+"""Fine-tuning: config in, run folder out. `Seq2SeqTrainer` owns the loop.
+
+`train` is the whole run as numbered steps; each step's work lives in a sibling module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, EvalConfig, ModelConfig, TrainConfig
+from fitwhisper.precision import run_precision
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Where a run's outputs went and what it measured."""
+
+    output_dir: Path
+    final_dir: Path
+    train_rows: int
+    eval_rows: int
+    skipped_rows: int
+    global_step: int
+    train_loss: float | None
+    eval_metrics: dict[str, float]
+    resumed_from: Path | None = None
+    best_checkpoint: Path | None = None
+
+
+def train(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    *,
+    callbacks: tuple = (),
+    explicit: set[str] | None = None,
+) -> TrainResult:
+    """Fine-tune `model_cfg.model` on `train_cfg.train_manifest` and score the result.
+
+    Args:
+        callbacks: more Trainer callbacks.
+        explicit: the option names the user gave (flags, config-file keys), which
+            `--plan` checks and `--auto_fit` keeps; None: those that differ from defaults.
+
+    Raises:
+        ConfigError: conflicting options (all listed at once), before anything loads.
+        DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
+        ModelLoadError: the model cannot be resolved.
+    """
+    from transformers import set_seed
+
+    from fitwhisper.train import record, resume, rows, setup
+    from fitwhisper.train.validation import validate
+
+    # 0. Options: a memory plan (--plan, --auto_fit), presets, precision, all checked at once.
+    model_cfg, train_cfg = _apply_plan(model_cfg, data_cfg, train_cfg, explicit)
+    model_cfg = _apply_method(model_cfg)
+    precision = run_precision(train_cfg.fp16, train_cfg.bf16)
+    validate(model_cfg, data_cfg, train_cfg, precision=precision)
+    out = Path(train_cfg.output_dir)
+
+    # 1. Resume or start afresh; refuses a checkpoint whose options or data differ.
+    manifests = record.manifest_hashes(train_cfg, data_cfg)
+    fingerprint = resume.fingerprint(
+        {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
+    )
+    resume_from = resume.prepare_output_dir(out, train_cfg, fingerprint)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # 2. Data: check every row before any weights load (the tokenizer is all it needs);
+    #    output script, language tokens, rehearsal rows and the regression set (rows.py).
+    processor = setup.processor(model_cfg)
+    checked = rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests)
+    run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
+
+    # 3. Model (the method decides how it loads and what trains); --seed also fixes the
+    #    LoRA adapters' random start (Trainer seeds only after this).
+    model, language = setup.model(model_cfg, data_cfg, train_cfg, precision)
+    set_seed(train_cfg.seed)
+    model = setup.prepare(model, model_cfg, train_cfg)
+
+    # 4. Datasets decode audio and make features as batches are drawn; Trainer.
+    data = setup.datasets(run_rows, processor, model, model_cfg, data_cfg, train_cfg, language)
+    record.write_run_record(
+        out, model_cfg, data_cfg, train_cfg, language, manifests=manifests,
+        resumed_from=resume_from,
+    )  # fmt: skip
+    if train_cfg.wandb_project:
+        os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
+    trainer = setup.trainer(
+        model, processor, data, model_cfg, data_cfg, train_cfg, precision,
+        marker=resume.checkpoint_marker(fingerprint), callbacks=callbacks,
+        resumed_step=None if resume_from is None else resume.step_of(resume_from),
+    )  # fmt: skip
+    if regression is not None:
+        regression.score_before(trainer.model)  # the starting weights: Trainer loads later
+
+    # 5. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
+    #    resuming) and save a from_pretrained-ready model with its processor; with
+    #    load_best_model_at_end, trainer.model is the best checkpoint's by now.
+    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
+    final_dir = out / "final"
+    trainer.save_model(str(final_dir))
+    from fitwhisper.train.methods import finish_final_dir
+
+    finish_final_dir(final_dir, trainer.model, processor, model_spec=model_cfg.model)
+
+    # 6. Score the final model on the held-out clips by generation, and the regression set.
+    metrics = _score_final(trainer, processor, data, model_cfg, train_cfg, out, regression)
+    best = trainer.state.best_model_checkpoint
+    return TrainResult(
+        output_dir=out,
+        final_dir=final_dir,
+        train_rows=len(run_rows.train),
+        eval_rows=len(run_rows.eval),
+        skipped_rows=run_rows.skipped,
+        global_step=result.global_step,
+        train_loss=result.training_loss,
+        eval_metrics=metrics,
+        resumed_from=resume_from,
+        best_checkpoint=Path(best) if best else None,
+    )
+
+
+def _apply_plan(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    explicit: set[str] | None,
+) -> tuple[ModelConfig, TrainConfig]:
+    """`--plan FILE` or `--auto_fit` written over the options (memory/fit.py)."""
+    if not (train_cfg.plan or train_cfg.auto_fit):
+        return model_cfg, train_cfg
+    from fitwhisper.memory.fit import resolve_plan
+
+    if explicit is None:  # a library call: what differs from the defaults was chosen
+        explicit = set()
+        for cfg in (model_cfg, data_cfg, train_cfg):
+            defaults = dataclasses.asdict(type(cfg)())
+            explicit |= {k for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}
+    return resolve_plan(model_cfg, data_cfg, train_cfg, explicit)
+
+
+def _apply_method(model_cfg: ModelConfig) -> ModelConfig:
+    """The model preset (Breeze-ASR-25: zh, Traditional output), and LoRA switched on for a
+    quantised base, which cannot be trained directly; the run record says what ran."""
+    from fitwhisper.models.presets import apply_model_preset
+    from fitwhisper.train.methods import method_of
+
+    model_cfg = apply_model_preset(model_cfg)
+    if method_of(model_cfg) != "full" and not model_cfg.use_lora:
+        log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
+        model_cfg = dataclasses.replace(model_cfg, use_lora=True)
+    return model_cfg
+
+
+def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regression):
+    """The final model on the held-out clips (RUN/eval/) and the regression set, after
+    handing back what only training needed (gradients, optimizer states)."""
+    from fitwhisper.chinese_script import expected_script
+    from fitwhisper.evaluate import evaluate_model, scoring_language
+    from fitwhisper.memory.backoff import release_memory
+    from fitwhisper.train.trainer import free_training_memory
+
+    metrics: dict[str, float] = {}
+    if data.eval_ds is None and regression is None:
+        return metrics
+    free_training_memory(trainer)
+    release_memory()
+    if data.eval_ds is not None:
+        rows = data.eval_rows
+        cfg = EvalConfig(
+            language=scoring_language(rows, data.language),
+            batch_size=train_cfg.per_device_eval_batch_size,
+            generation_max_length=train_cfg.generation_max_length,
+            # The model's own output (no conversion): its script share is the point.
+            expected_script=expected_script(model_cfg.output_script) or "auto",
+        )
+        res = evaluate_model(trainer.model, processor, data.eval_ds, [r.text for r in rows],
+                             [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip
+        res.write(out / "eval")
+        metrics[res.score.metric] = res.score.normalized
+        log.info("final %s on %d held-out clips: %.2f%% (%s)", res.score.metric.upper(),
+                 len(rows), 100 * res.score.normalized, res.score.normalizer)  # fmt: skip
+        if "script" in (extra := res.extra_figures()):
+            metrics["script_share"] = extra["script"]["share_in_expected_script"]
+    if regression is not None:
+        report = regression.score_after(trainer.model, out / "eval")
+        metrics["regression_before"] = report.before.score.normalized
+        metrics["regression_after"] = report.after.score.normalized
+    return metrics

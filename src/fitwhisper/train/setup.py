@@ -1,0 +1,127 @@
+"""What a run builds before it trains: processor, model, datasets and the Trainer.
+
+Each function is one step of `train` (run.py); the options decide, nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.precision import Precision
+
+
+@dataclass(frozen=True)
+class RunData:
+    """The run's datasets and collators, and what scoring the final model needs."""
+
+    train_ds: object
+    eval_ds: object | None
+    collator: object  # per-clip batches at 30 s: evaluation
+    train_collator: object  # training batches (packed, trimmed, cached as asked)
+    eval_rows: list
+    language: str | None
+
+
+def processor(model_cfg: ModelConfig):
+    """The model's WhisperProcessor: the data check needs only its tokenizer."""
+    from fitwhisper.models.resolve import load_processor
+
+    return load_processor(model_cfg.model, **_hub(model_cfg))
+
+
+def model(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig,
+          precision: Precision):  # fmt: skip
+    """The model, loaded as the method asks (quantised for 8-bit/4-bit), with language and
+    task in its generation config so the saved model transcribes correctly in any pipeline
+    without extra arguments; returns it and the language token it prompts with."""
+    from fitwhisper.codeswitch import configure_no_language_token
+    from fitwhisper.models.generation import configure_generation, language_for
+    from fitwhisper.models.resolve import load_model
+    from fitwhisper.train.methods import load_kwargs
+
+    loaded = load_model(
+        model_cfg.model,
+        **_hub(model_cfg),
+        **load_kwargs(model_cfg, precision),
+        attn_implementation=train_cfg.attn_implementation,
+    )
+    language = language_for(loaded, model_cfg.language)
+    configure_generation(loaded, language, model_cfg.task)
+    if data_cfg.language_token == "none":
+        configure_no_language_token(loaded, model_cfg.task)
+    return loaded, language
+
+
+def prepare(loaded, model_cfg: ModelConfig, train_cfg: TrainConfig):
+    """Frozen parts, kbit preparation and adapters, by the method (methods.py)."""
+    from fitwhisper.train.methods import prepare_for_training
+
+    return prepare_for_training(loaded, model_cfg, train_cfg)
+
+
+def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConfig,
+             train_cfg: TrainConfig, language: str | None) -> RunData:  # fmt: skip
+    """Datasets that decode audio and make features as batches are drawn; packed windows,
+    cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
+    from fitwhisper.codeswitch import dataset_language
+    from fitwhisper.data.batching import training_data
+    from fitwhisper.data.features import SpeechDataset, WhisperCollator
+
+    ds_language = dataset_language(data_cfg.language_token, language)
+    train_ds = SpeechDataset(rows.train, processor, language=ds_language, task=model_cfg.task)
+    eval_ds = None
+    if rows.eval:
+        eval_ds = SpeechDataset(rows.eval, processor, language=ds_language, task=model_cfg.task)
+    collator = WhisperCollator(processor, loaded.config.decoder_start_token_id)
+    train_ds, train_collator = training_data(
+        train_ds, rows.durations, loaded, collator, train_cfg, language=language
+    )
+    return RunData(train_ds, eval_ds, collator, train_collator, list(rows.eval), language)
+
+
+def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: DataConfig,
+            train_cfg: TrainConfig, precision: Precision, *, marker, callbacks: tuple = (),
+            resumed_step: int | None = None):  # fmt: skip
+    """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
+    (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
+    from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
+    from fitwhisper.memory.watch import MemoryWatch
+    from fitwhisper.train import trainer as parts
+
+    has_eval = data.eval_ds is not None
+    best = parts.best_metric(model_cfg, train_cfg)
+    args = parts.training_arguments(train_cfg, precision, has_eval=has_eval, best_metric=best)
+    compute_metrics = None
+    if has_eval:
+        # The clips' own language column counts, as in `fitwhisper evaluate`.
+        metric, normalizer = make_scorer(scoring_language(data.eval_rows, data.language))
+        compute_metrics = metrics_fn(processor.tokenizer, [r.text for r in data.eval_rows],
+                                     metric, normalizer)  # fmt: skip
+    # Steps count what the sampler draws: clips, or packed windows of several clips.
+    unit = "packed windows" if train_cfg.pack_clips else "training clips"
+    parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit)
+    return parts.trainer_class(train_cfg)(
+        model=loaded,
+        args=args,
+        data_collator=data.train_collator,
+        train_dataset=data.train_ds,
+        eval_dataset=data.eval_ds,
+        # The whole processor, so every checkpoint-N holds tokenizer and feature extractor
+        # and loads as a model anywhere.
+        processing_class=processor,
+        compute_metrics=compute_metrics,
+        memory_request=parts.memory_request(model_cfg, data_cfg, train_cfg, precision),
+        callbacks=[
+            marker,  # first: it marks a checkpoint complete (resume.py)
+            MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds
+            *parts.logging_callbacks(train_cfg, Path(train_cfg.output_dir), resumed_step),
+            *parts.early_stopping(train_cfg),
+            *callbacks,
+        ],
+    )
+
+
+def _hub(model_cfg: ModelConfig) -> dict:
+    return {"cache_dir": model_cfg.cache_dir} if model_cfg.cache_dir else {}

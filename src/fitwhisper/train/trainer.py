@@ -1,0 +1,190 @@
+"""Trainer's side of a run: its arguments, its class, its callbacks, the plan it logs.
+
+`training_arguments` maps TrainConfig (and the precision `train` resolved) onto
+Seq2SeqTrainingArguments; `trainer_class` adds OOM back-off and length grouping;
+`callbacks` gathers the checkpoint marker, the memory watch, TensorBoard and early stopping.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.precision import Precision
+from fitwhisper.train.validation import reports_to
+
+log = logging.getLogger(__name__)
+
+
+def training_arguments(
+    cfg: TrainConfig, precision: Precision, *, has_eval: bool, best_metric: str | None = None
+):
+    """Seq2SeqTrainingArguments for the run, in the precision `train` resolved."""
+    from transformers import Seq2SeqTrainingArguments
+
+    return Seq2SeqTrainingArguments(
+        output_dir=cfg.output_dir,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        optim=cfg.optim,
+        # transformers 5 folded warmup_ratio into warmup_steps: a float below 1 is a ratio.
+        warmup_steps=cfg.warmup_ratio if cfg.warmup_ratio > 0 else cfg.warmup_steps,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        max_steps=cfg.max_steps,
+        num_train_epochs=cfg.num_train_epochs,
+        logging_steps=cfg.logging_steps,
+        eval_strategy=cfg.eval_strategy if has_eval else "no",
+        eval_steps=cfg.eval_steps,
+        save_strategy=cfg.save_strategy,
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        load_best_model_at_end=cfg.load_best_model_at_end and has_eval,
+        metric_for_best_model=best_metric,
+        # Trainer guesses "higher is better" for any name not ending in "loss"; WER and CER
+        # are error rates.
+        greater_is_better=False if best_metric else None,
+        seed=cfg.seed,
+        fp16=precision == "fp16",
+        bf16=precision == "bf16",
+        # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
+        activation_checkpointing=cfg.gradient_checkpointing,
+        dataloader_num_workers=cfg.dataloader_num_workers,
+        dataloader_pin_memory=_cuda_available(),
+        predict_with_generate=True,
+        generation_max_length=cfg.generation_max_length,
+        generation_num_beams=1,
+        # Our own TensorBoard callback writes into RUN/logs; wandb goes through Trainer.
+        report_to=["wandb"] if reports_to(cfg) == "wandb" else "none",
+        # SpeechDataset yields exactly the model's inputs; nothing to prune.
+        remove_unused_columns=False,
+        label_names=["labels"],
+        disable_tqdm=not _tqdm_wanted(),
+    )
+
+
+def trainer_class(cfg: TrainConfig):
+    """BackoffTrainer, with length-grouped batches when --group_by_duration asks."""
+    from fitwhisper.data.batching import LengthGroupedTrainerMixin
+    from fitwhisper.memory.backoff import BackoffTrainer
+
+    class Trainer(LengthGroupedTrainerMixin, BackoffTrainer):
+        group_by_length = cfg.group_by_duration
+
+    return Trainer
+
+
+def memory_request(
+    model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig, precision: Precision
+) -> dict:
+    """This run as `predict_memory` fields, for the message when not even one clip fits."""
+    request = {
+        "model": model_cfg.model,
+        "precision": precision,
+        "gradient_checkpointing": cfg.gradient_checkpointing,
+        "freeze_encoder": model_cfg.freeze_encoder,
+        "use_lora": model_cfg.use_lora,
+        "lora_r": model_cfg.lora_r,
+        "use_8bit": model_cfg.use_8bit,
+        "use_4bit": model_cfg.use_4bit,
+        "max_audio_len": data_cfg.max_audio_len,
+    }
+    if cfg.optim in ("adamw_torch", "adamw_torch_fused", "adafactor"):
+        request["optim"] = cfg.optim
+    return request
+
+
+def best_metric(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:
+    """metric_for_best_model for Trainer: the run's own metric unless another is asked for."""
+    if not (cfg.load_best_model_at_end or cfg.early_stopping_patience):
+        return None
+    from fitwhisper.scoring import metric_for_language
+
+    return cfg.metric_for_best_model or metric_for_language(model_cfg.language)
+
+
+def early_stopping(cfg: TrainConfig) -> list:
+    if not cfg.early_stopping_patience:
+        return []
+    from transformers import EarlyStoppingCallback
+
+    return [EarlyStoppingCallback(cfg.early_stopping_patience, cfg.early_stopping_threshold)]
+
+
+def logging_callbacks(cfg: TrainConfig, out: Path, resumed_step: int | None = None) -> list:
+    if reports_to(cfg) != "tensorboard":
+        return []
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers.integrations import TensorBoardCallback
+
+    # On resume, TensorBoard hides what the stopped run logged after its checkpoint (those
+    # steps are trained again), so the curves join without overlap.
+    purge = None if resumed_step is None else resumed_step + 1
+    writer = SummaryWriter(log_dir=str(logs_dir(cfg, out)), purge_step=purge)
+    return [TensorBoardCallback(tb_writer=writer)]
+
+
+def log_plan(
+    cfg: TrainConfig,
+    n_rows: int,
+    args,
+    *,
+    resumed_step: int | None = None,
+    unit: str = "training clips",
+) -> None:
+    processes = max(args.world_size, 1)
+    effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
+    # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
+    steps_per_epoch = max(1, -(-n_rows // effective))
+    if cfg.max_steps > 0:
+        steps, epochs = cfg.max_steps, cfg.max_steps / steps_per_epoch
+    else:
+        steps, epochs = math.ceil(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
+    log.info(
+        "effective batch = %d x %d x %d process(es) = %d; %d %s; "
+        "%d optimizer steps (%.1f epochs); precision %s",
+        cfg.per_device_train_batch_size,
+        cfg.gradient_accumulation_steps,
+        processes,
+        effective,
+        n_rows,
+        unit,
+        steps,
+        epochs,
+        "bf16 mixed" if args.bf16 else "fp16 mixed" if args.fp16 else "fp32",
+    )
+    if resumed_step is not None:
+        log.info(
+            "resuming at step %d of %d (epoch %.2f): %d steps to go",
+            resumed_step,
+            steps,
+            resumed_step / steps_per_epoch,
+            max(steps - resumed_step, 0),
+        )
+
+
+def free_training_memory(trainer) -> None:
+    """Drop gradients and optimizer states once the model is saved (SPEC M5)."""
+    trainer.model.zero_grad(set_to_none=True)
+    if trainer.optimizer is not None:
+        trainer.optimizer.state.clear()
+
+
+def logs_dir(cfg: TrainConfig, out: Path) -> Path:
+    return Path(cfg.logging_dir) if cfg.logging_dir else out / "logs"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _tqdm_wanted() -> bool:
+    from fitwhisper.logs import progress_enabled
+
+    return progress_enabled()

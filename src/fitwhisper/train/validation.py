@@ -1,0 +1,161 @@
+"""Every option problem of a training run, found before anything loads and raised at once.
+
+`validate` gathers the problems of each group of options (schedule, best model, reporting,
+output folder, method, rows, encoder cache) into one ConfigError, as torchtune and litgpt
+do, so a user fixes them all in one go.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.errors import ConfigError
+from fitwhisper.precision import Precision, problems_here, run_precision
+
+
+def validate(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    *,
+    precision: Precision | None = None,
+) -> None:
+    """Collect every cross-field problem and raise once, before anything loads.
+
+    Args:
+        precision: the run's precision, as `train` resolved it (None: resolved here).
+    """
+    from fitwhisper.data.encoder_cache import option_problems as cache_problems
+    from fitwhisper.train.methods import problems as method_problems
+    from fitwhisper.train.rows import option_problems as row_problems
+
+    precision = precision or run_precision(train_cfg.fp16, train_cfg.bf16)
+    problems: list[str] = []
+    if not train_cfg.train_manifest:
+        problems.append("--train_manifest is required")
+    problems += problems_here(train_cfg.fp16, train_cfg.bf16)
+    if train_cfg.eval_strategy != "no" and not train_cfg.eval_manifest:
+        problems.append(f"--eval_strategy {train_cfg.eval_strategy} needs --eval_manifest")
+    if train_cfg.eval_strategy == "steps" and not train_cfg.eval_steps:
+        problems.append("--eval_strategy steps needs --eval_steps")
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size",
+                 "gradient_accumulation_steps", "generation_max_length"):  # fmt: skip
+        if getattr(train_cfg, name) < 1:
+            problems.append(f"--{name} must be at least 1, got {getattr(train_cfg, name)}")
+    if train_cfg.max_steps < 1 and train_cfg.num_train_epochs <= 0:
+        problems.append("set --max_steps or a positive --num_train_epochs")
+    if data_cfg.min_audio_len >= data_cfg.max_audio_len:
+        problems.append("--min_audio_len must be below --max_audio_len")
+    if data_cfg.max_audio_len > 30:
+        problems.append("--max_audio_len above 30 s: Whisper's window is 30 s")
+    if not 0 <= (fraction := train_cfg.packed_timestamp_fraction) <= 1:
+        problems.append(f"--packed_timestamp_fraction must be in [0, 1], got {fraction}")
+    if not 0 <= (share := train_cfg.packed_single_clip_share) < 1:
+        problems.append(f"--packed_single_clip_share must be in [0, 1), got {share}")
+    problems += _schedule_problems(train_cfg)
+    problems += _best_model_problems(model_cfg, train_cfg)
+    problems += _reporting_problems(train_cfg)
+    problems += _output_dir_problems(train_cfg)
+    problems += method_problems(model_cfg, train_cfg, precision)
+    problems += row_problems(model_cfg, data_cfg, train_cfg)
+    problems += cache_problems(model_cfg, train_cfg)
+    if problems:
+        raise ConfigError(
+            "the options conflict:\n  - " + "\n  - ".join(problems),
+            hint="fix the options above; `fitwhisper train --help` explains each one",
+        )
+
+
+def _schedule_problems(cfg: TrainConfig) -> list[str]:
+    problems = []
+    if not 0 <= cfg.warmup_ratio < 1:
+        problems.append(f"--warmup_ratio must be in [0, 1), got {cfg.warmup_ratio}")
+    if cfg.warmup_steps < 0:
+        problems.append(f"--warmup_steps must be 0 or more, got {cfg.warmup_steps}")
+    if cfg.warmup_steps > 0 and cfg.warmup_ratio > 0:
+        problems.append("--warmup_steps and --warmup_ratio are both set; pick one")
+    return problems
+
+
+def _best_model_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
+    from fitwhisper.scoring import metric_for_language
+
+    problems = []
+    run_metric = metric_for_language(model_cfg.language)
+    if cfg.metric_for_best_model not in (None, run_metric, "loss"):
+        problems.append(
+            f"--metric_for_best_model {cfg.metric_for_best_model}: this run is scored by "
+            f"{run_metric} (language {model_cfg.language or 'English'}); use {run_metric} or loss"
+        )
+    if cfg.load_best_model_at_end:
+        if cfg.eval_strategy == "no":
+            problems.append("--load_best_model_at_end needs --eval_strategy steps or epoch")
+        elif cfg.save_strategy != cfg.eval_strategy:
+            problems.append(
+                "--load_best_model_at_end needs --save_strategy equal to --eval_strategy "
+                f"(now save {cfg.save_strategy}, eval {cfg.eval_strategy})"
+            )
+        elif cfg.eval_strategy == "steps" and cfg.eval_steps and cfg.save_steps % cfg.eval_steps:
+            problems.append(
+                "--load_best_model_at_end needs --save_steps to be a multiple of --eval_steps "
+                f"(now {cfg.save_steps} and {cfg.eval_steps})"
+            )
+    if cfg.early_stopping_patience is not None:
+        if cfg.early_stopping_patience < 1:
+            problems.append(
+                f"--early_stopping_patience must be at least 1, got {cfg.early_stopping_patience}"
+            )
+        if cfg.eval_strategy == "no":
+            problems.append("--early_stopping_patience needs --eval_strategy steps or epoch")
+        if not cfg.load_best_model_at_end:
+            problems.append("--early_stopping_patience needs --load_best_model_at_end")
+    return problems
+
+
+def _reporting_problems(cfg: TrainConfig) -> list[str]:
+    import importlib.util
+
+    problems = []
+    if cfg.use_wandb and cfg.report_to == "none":
+        problems.append("--use_wandb and --report_to none contradict each other; pick one")
+    wandb = reports_to(cfg) == "wandb"
+    if wandb and importlib.util.find_spec("wandb") is None:
+        problems.append(
+            "--report_to wandb needs the wandb package, which is not installed: "
+            "`pip install wandb` and `wandb login`, or use --report_to tensorboard"
+        )
+    if cfg.wandb_project and not wandb:
+        problems.append("--wandb_project is set but nothing reports to W&B; add --report_to wandb")
+    return problems
+
+
+def _output_dir_problems(cfg: TrainConfig) -> list[str]:
+    from fitwhisper.train.resume import checkpoints, is_complete
+
+    problems = []
+    found = checkpoints(cfg.output_dir)
+    if cfg.resume and cfg.overwrite_output_dir:
+        problems.append("--resume and --overwrite_output_dir contradict each other; pick one")
+    elif cfg.resume == "latest" and not any(is_complete(c) for c in found):
+        problems.append(
+            f"--resume: no complete checkpoint in {cfg.output_dir}"
+            + (f" ({len(found)} incomplete)" if found else "")
+            + "; train without --resume to start afresh, or pass --resume PATH"
+        )
+    elif cfg.resume and cfg.resume != "latest" and not Path(cfg.resume).is_dir():
+        problems.append(f"--resume {cfg.resume}: no such checkpoint folder")
+    elif found and not cfg.resume and not cfg.overwrite_output_dir:
+        names = ", ".join(c.name for c in found[-3:])
+        problems.append(
+            f"--output_dir {cfg.output_dir} already holds checkpoints of an earlier run "
+            f"({'..., ' if len(found) > 3 else ''}{names}): add --resume to continue from the "
+            "newest complete one, --overwrite_output_dir to start afresh (deletes them), or "
+            "choose another --output_dir"
+        )
+    return problems
+
+
+def reports_to(cfg: TrainConfig) -> str:
+    """Where training curves go: --use_wandb is the user's scripts' name for wandb."""
+    return "wandb" if cfg.use_wandb else cfg.report_to
