@@ -11,7 +11,7 @@ import pytest
 
 from fitwhisper.cli import build_parser
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
 
 # Flags of the documents that are not `train` options, each with the reason.
 EXCLUDED = {

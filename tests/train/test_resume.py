@@ -16,7 +16,7 @@ import pytest
 from fitwhisper.cli import main
 from fitwhisper.train.resume import MARKER, checkpoints, is_complete, step_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _train_argv(model: Path, manifest: Path, out: Path, *extra: str) -> list[str]:
