@@ -548,12 +548,3 @@ class EvalConfig:
     max_samples: int | None = field(
         default=None, metadata={"help": "Score only the first N usable rows."}
     )
-
-    def normalize_options(self):
-        """The chinese normaliser's options as `scoring.NormalizeOptions`."""
-        from fitwhisper.scoring import NormalizeOptions
-
-        return NormalizeOptions(
-            punctuation=self.punctuation, spaces=self.spaces, case=self.case,
-            numerals=self.numerals,
-        )  # fmt: skip

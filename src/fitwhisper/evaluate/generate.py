@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fitwhisper.config import DataConfig, EvalConfig
 from fitwhisper.evaluate.results import Comparison, EvalResult
-from fitwhisper.evaluate.scorer import make_scorer, resolve_expected_script, scoring_language
+from fitwhisper.evaluate.scorer import resolve_expected_script, scorer_for, scoring_language
 from fitwhisper.scoring import score
 
 
@@ -31,7 +31,7 @@ def eval_config(cfg: EvalConfig | None = None, **options) -> EvalConfig:
     from fitwhisper.chinese_script import check_output_script
 
     cfg = dataclasses.replace(cfg or EvalConfig(), **options)
-    make_scorer(cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, cfg.normalize_options())
+    scorer_for(cfg)
     check_output_script(cfg.output_script)
     return cfg
 
@@ -80,9 +80,7 @@ def evaluate_model(
     from fitwhisper.memory.backoff import BackoffTrainer
 
     cfg = eval_config(cfg, **options)
-    metric, norm = make_scorer(
-        cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, cfg.normalize_options()
-    )
+    metric, norm = scorer_for(cfg)
     collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
     groups = _language_groups(languages, len(dataset))
     hyps: list[str] = [""] * len(dataset)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fitwhisper.config import EvalConfig
 from fitwhisper.scoring import (
     Metric,
     NormalizeOptions,
@@ -41,6 +42,15 @@ def make_scorer(
     if normalizer == "auto" and options not in (None, NormalizeOptions()):
         name = "chinese"
     return chosen_metric, TextNormalizer(name, opencc_config=opencc, options=options)  # type: ignore[arg-type]
+
+
+def scorer_for(cfg: EvalConfig) -> tuple[Metric, TextNormalizer]:
+    """`make_scorer` for an EvalConfig: its metric, normaliser, OpenCC table and the chinese
+    normaliser's options."""
+    options = NormalizeOptions(
+        punctuation=cfg.punctuation, spaces=cfg.spaces, case=cfg.case, numerals=cfg.numerals
+    )
+    return make_scorer(cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, options)
 
 
 def resolve_expected_script(

@@ -1,0 +1,82 @@
+"""The package's import graph: no module imports a layer above its own, and only `cli/`
+knows argparse. Every import counts, at the top of a module or inside a function.
+
+Layers, lowest first (a unit may import its own modules and any lower layer):
+
+    0  errors, logs, config, precision, method     ground: no fitwhisper imports above
+    1  scoring, codeswitch
+    2  chinese_script, models
+    3  data, memory
+    4  evaluate, transcribe
+    5  train, export
+    6  demo
+    7  cli, __main__                                 the only place that parses or exits
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+LAYERS = {
+    **dict.fromkeys(("errors", "logs", "config", "precision", "method", "__init__"), 0),
+    **dict.fromkeys(("scoring", "codeswitch"), 1),
+    **dict.fromkeys(("chinese_script", "models"), 2),
+    **dict.fromkeys(("data", "memory"), 3),
+    **dict.fromkeys(("evaluate", "transcribe"), 4),
+    **dict.fromkeys(("train", "export"), 5),
+    "demo": 6,
+    **dict.fromkeys(("cli", "__main__"), 7),
+}
+
+
+def _unit(module: str) -> str:
+    """The top-level unit of `fitwhisper.a.b`: `a` (`__init__` for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def import_graph() -> dict[str, set[tuple[str, str]]]:
+    """unit -> {(imported unit, importing file)} over every import of every module."""
+    graph: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for path in sorted((SRC / "fitwhisper").rglob("*.py")):
+        rel = path.relative_to(SRC).with_suffix("")
+        unit = _unit(".".join(rel.parts).removesuffix(".__init__"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+                if node.module == "fitwhisper":  # from fitwhisper import config
+                    names = [f"fitwhisper.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name == "argparse" or name.startswith("fitwhisper"):
+                    target = "argparse" if name == "argparse" else _unit(name)
+                    graph[unit].add((target, str(rel)))
+    return graph
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {_unit(".".join(p.relative_to(SRC).with_suffix("").parts))
+             for p in (SRC / "fitwhisper").glob("*")
+             if p.suffix == ".py" or (p / "__init__.py").exists()}  # fmt: skip
+    assert units <= set(LAYERS), f"give these a layer: {sorted(units - set(LAYERS))}"
+
+
+def test_no_module_imports_upward() -> None:
+    upward = [
+        f"{where}: {unit} (layer {LAYERS[unit]}) imports {target} (layer {LAYERS[target]})"
+        for unit, targets in import_graph().items()
+        for target, where in targets
+        if target != "argparse" and target != unit and LAYERS[target] >= LAYERS[unit]
+    ]
+    assert upward == []
+
+
+def test_only_the_cli_imports_argparse() -> None:
+    users = sorted(where for unit, t in import_graph().items() for target, where in t
+                   if target == "argparse" and unit != "cli")  # fmt: skip
+    assert users == []
