@@ -1,4 +1,4 @@
-"""Frozen-encoder output cache (issue 6): `--freeze_encoder` with and without
+"""Frozen-encoder output cache: `--freeze_encoder` with and without
 `--cache_encoder_outputs`, the whole epochs timed, in one run.
 
     flock /tmp/fw-bench.lock env PYTHONPATH=src python bench/encoder_cache.py \

@@ -1,4 +1,4 @@
-"""Predicted vs measured peak memory of one training step (issue 4, acceptance 1).
+"""Predicted vs measured peak memory of one training step.
 
     PYTHONPATH=src python bench/memory_prediction.py [--device cpu|cuda] [--out FILE]
 

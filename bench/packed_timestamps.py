@@ -1,4 +1,4 @@
-"""Acceptance 3 of issue 6: a model fine-tuned on packed windows still writes timestamps on
+"""A model fine-tuned on packed windows still writes timestamps on
 audio longer than 30 s (`fitwhisper transcribe --engine transformers`: transformers'
 long-form `generate` with timestamps).
 

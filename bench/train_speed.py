@@ -1,4 +1,4 @@
-"""Training speed: the standard recipe vs fitwhisper, side by side in one run (issue 6).
+"""Training speed: the standard recipe vs fitwhisper, side by side in one run.
 
     flock /tmp/fw-bench.lock env PYTHONPATH=src python bench/train_speed.py \
         --out bench/RESULTS-train-speed.table.md        # about 25 min on 2 CPU cores

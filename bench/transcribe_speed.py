@@ -1,5 +1,5 @@
 """Transcription speed and accuracy on CPU: fitwhisper's engines against faster-whisper
-called directly and the transformers ASR pipeline (issue 5).
+called directly and the transformers ASR pipeline.
 
     PYTHONPATH=src python bench/transcribe_speed.py --threads 2 --out table.md
 

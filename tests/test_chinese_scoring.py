@@ -1,5 +1,5 @@
 """Chinese and code-switched scoring pinned on hand-written examples: CER, MER, the share of
-output in the expected script, and every normalisation option (issue 7, acceptance 1)."""
+output in the expected script, and every normalisation option."""
 
 import json
 

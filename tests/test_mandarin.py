@@ -1,4 +1,4 @@
-"""Mandarin, Taiwan and code-switching (issue 7): Breeze-ASR-25 preset, output script in
+"""Mandarin, Taiwan and code-switching: Breeze-ASR-25 preset, output script in
 training, language-token strategies, rehearsal mixing and the forgetting guard."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance (issue 7): fine-tuning real offline/base on real Mandarin with Traditional
+"""Fine-tuning real offline/base on real Mandarin with Traditional
 references lowers CER on held-out clips and brings the output to Traditional script, while
 the forgetting guard reports English WER before and after; Breeze-ASR-25 plans offline."""
 

@@ -1,4 +1,4 @@
-"""Acceptance (issue 6): a model fine-tuned on packed windows (timestamped labels, the
+"""A model fine-tuned on packed windows (timestamped labels, the
 default) still produces timestamps on audio longer than 30 s, through `fitwhisper transcribe`
 with the transformers engine (long-form `generate`)."""
 

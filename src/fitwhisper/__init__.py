@@ -1,4 +1,19 @@
-"""fitwhisper: fine-tune Whisper on your own audio without running out of GPU memory."""
+"""fitwhisper: fine-tune Whisper on your own audio without running out of GPU memory.
+
+The command is `fitwhisper` (cli/); the library is arranged in layers, lowest first, and no
+module imports a layer above its own (tests/test_package_shape.py):
+
+- ground: `errors` (user errors with hints), `logs`, `config` (the option dataclasses
+  every flag comes from), `precision` (fp32, fp16 or bf16 for a run), `method` (full,
+  LoRA, 8-bit, 4-bit)
+- text: `scoring` (normalisers, WER/CER/MER), `codeswitch` (language tokens),
+  `chinese_script` (Traditional and Simplified characters, conversion)
+- `models/` (resolve, load, convert), `data/` (manifests, audio, check, batches),
+  `memory/` (predict, plan and watch GPU memory)
+- `evaluate/` (scoring by generation), `transcribe/` (two engines, long files, formats)
+- `train/` (a run, config in, run folder out), `export/` (deployable models, re-scored)
+- `demo/`, and `cli/` with `__main__`: flags, errors, exit codes
+"""
 
 __version__ = "0.1.0"
 

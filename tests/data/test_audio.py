@@ -1,4 +1,4 @@
-"""Every audio format decodes to 16 kHz mono float32 of the right length (D2)."""
+"""Every audio format decodes to 16 kHz mono float32 of the right length."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""check-data finds every kind of bad row, names it, and decides fit or not (D4, D5)."""
+"""check-data finds every kind of bad row, names it, and decides fit or not."""
 
 from __future__ import annotations
 

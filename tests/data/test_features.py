@@ -1,4 +1,4 @@
-"""Features and labels made per item (D3), padded into batches the way Whisper trains."""
+"""Features and labels made per item, padded into batches the way Whisper trains."""
 
 from __future__ import annotations
 

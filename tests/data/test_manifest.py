@@ -1,4 +1,4 @@
-"""Every manifest format loads into the same rows (D1); bad rows become row problems."""
+"""Every manifest format loads into the same rows; bad rows become row problems."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Packed windows, length-grouped batches and the short encoder window (issue 6)."""
+"""Packed windows, length-grouped batches and the short encoder window."""
 
 from __future__ import annotations
 

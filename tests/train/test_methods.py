@@ -1,4 +1,4 @@
-"""Training methods (T2, T3, T12): LoRA on the tiny random Whisper end to end, the 8-bit and
+"""Training methods: LoRA on the tiny random Whisper end to end, the 8-bit and
 4-bit configuration, option conflicts, adapter folders, and `fitwhisper merge`."""
 
 from __future__ import annotations

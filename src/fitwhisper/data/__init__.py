@@ -1,0 +1,11 @@
+"""From manifests to model inputs: rows, audio, the data check, batches, features.
+
+- `manifest`: JSON, JSONL, CSV/TSV, audiofolder and `save_to_disk` manifests to `Row`s
+- `audio`: any audio file to 16 kHz mono float32 (soundfile, PyAV, soxr)
+- `check`: every row's audio and transcript checked before training (`check-data`)
+- `usable`: the checked, usable rows of a manifest, the one way every command reads data
+- `features`: log-mel features and labels made as batches are drawn, and the collator
+- `batching`: length-grouped order and batches trimmed to their longest clip
+- `packing`: several short clips in one 30 s window (`--pack_clips`)
+- `encoder_cache`: a frozen encoder's outputs computed once (`--cache_encoder_outputs`)
+"""

@@ -1,4 +1,4 @@
-"""Audio decoding (D2): any file or in-memory clip to 16 kHz mono float32, as Whisper expects.
+"""Audio decoding: any file or in-memory clip to 16 kHz mono float32, as Whisper expects.
 
 soundfile (libsndfile) decodes WAV, FLAC, MP3, OGG/Opus without spawning anything; PyAV
 (bundled FFmpeg) takes over for what libsndfile cannot read (M4A/AAC, WebM, MP4, ...).

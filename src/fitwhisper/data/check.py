@@ -1,4 +1,4 @@
-"""The data check before training (D4, D5): every row's audio and transcript, per-row results.
+"""The data check before training: every row's audio and transcript, per-row results.
 
 Run by `fitwhisper check-data MANIFEST`, and by `train` and `evaluate` before any weights
 load. Every clip is decoded once, streaming (two threads), for its duration, loudness and

@@ -1,4 +1,4 @@
-"""Model inputs made on the fly (D3): log-mel features and label ids, one row at a time.
+"""Model inputs made on the fly: log-mel features and label ids, one row at a time.
 
 `SpeechDataset` decodes and featurises in `__getitem__`, so memory does not grow with the
 manifest and DataLoader workers share the work; nothing is precomputed. `WhisperCollator`

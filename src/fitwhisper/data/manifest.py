@@ -1,4 +1,4 @@
-"""Manifests (D1): the list of (audio, transcript) rows to train or score on.
+"""Manifests: the list of (audio, transcript) rows to train or score on.
 
 Accepted: a JSON list `[{"audio_path": ..., "text": ...}]`, JSONL, CSV/TSV, a Hugging Face
 `audiofolder` (a folder with metadata.csv or metadata.jsonl and a `file_name` column) and a

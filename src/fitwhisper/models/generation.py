@@ -1,5 +1,5 @@
 """Language and task in a model's generation config, so saved models transcribe correctly
-in any transformers pipeline without extra arguments (T8)."""
+in any transformers pipeline without extra arguments."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def log_plan(
 
 
 def free_training_memory(trainer) -> None:
-    """Drop gradients and optimizer states once the model is saved (SPEC M5)."""
+    """Drop gradients and optimizer states once the model is saved."""
     trainer.model.zero_grad(set_to_none=True)
     if trainer.optimizer is not None:
         trainer.optimizer.state.clear()

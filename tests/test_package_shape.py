@@ -1,5 +1,6 @@
-"""The package's import graph: no module imports a layer above its own, and only `cli/`
-knows argparse. Every import counts, at the top of a module or inside a function.
+"""The package's shape: no module imports a layer above its own, only `cli/` knows
+argparse, every package has a map, modules and functions stay small. Every import counts,
+at the top of a module or inside a function.
 
 Layers, lowest first (a unit may import its own modules and any lower layer):
 
@@ -80,3 +81,33 @@ def test_only_the_cli_imports_argparse() -> None:
     users = sorted(where for unit, t in import_graph().items() for target, where in t
                    if target == "argparse" and unit != "cli")  # fmt: skip
     assert users == []
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 100
+
+
+def test_modules_and_functions_stay_small() -> None:
+    too_big = []
+    for path in sorted((SRC / "fitwhisper").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(SRC)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_big.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION_LINES:
+                    too_big.append(f"{where}:{node.name}: {lines} lines")
+    assert too_big == []
+
+
+def test_every_package_has_a_map() -> None:
+    """Each package's __init__ docstring names each of its modules."""
+    missing = []
+    for init in sorted((SRC / "fitwhisper").rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        for module in sorted(init.parent.glob("*.py")):
+            if module.name != "__init__.py" and module.stem not in doc:
+                missing.append(f"{init.relative_to(SRC)}: {module.stem}")
+    assert missing == []
