@@ -286,7 +286,7 @@ def _child(spec: dict) -> int:
         metric = _evaluate(trainer.model, processor, spec, out / "eval")
         extra = {"precompute_s": precompute_s}
     if spec["kind"] == "fitwhisper":
-        from fitwhisper.cli.flags import add_config_arguments, build_config
+        from fitwhisper.cli.flags import add_options, build_config
         from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
         from fitwhisper.train import train
 
@@ -307,7 +307,7 @@ def _child(spec: dict) -> int:
         parser = argparse.ArgumentParser()
         classes = (ModelConfig, DataConfig, TrainConfig)
         for cls in classes:
-            add_config_arguments(parser, cls, cls.__name__)
+            add_options(parser, cls, cls.__name__)
         ns = parser.parse_args(argv)
         model_cfg, data_cfg, train_cfg = (build_config(cls, ns, {}) for cls in classes)
         batch = spec.get("batch") or _batch_of(train_cfg, spec)
@@ -365,15 +365,15 @@ def _evaluate(model, processor, spec: dict, out: Path) -> dict:
     """The held-out clips at normal 30 s input, by generation, as fitwhisper scores them."""
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.data.manifest import load_manifest
+    from fitwhisper.config import EvalConfig
     from fitwhisper.evaluate import evaluate_model
     from fitwhisper.models.generation import configure_generation
 
     rows = load_manifest(spec["eval"]).rows
     configure_generation(model, spec["language"], "transcribe")
     ds = SpeechDataset(rows, processor, language=spec["language"])
-    res = evaluate_model(model, processor, ds, [r.text for r in rows], [r.id for r in rows],
-                         language=spec["language"], batch_size=8,
-                         generation_max_length=GEN_MAX)  # fmt: skip
+    cfg = EvalConfig(language=spec["language"], batch_size=8, generation_max_length=GEN_MAX)
+    res = evaluate_model(model, processor, ds, [r.text for r in rows], [r.id for r in rows], cfg)
     res.write(out)
     return {"name": res.score.metric, "value": res.score.normalized,
             "predictions": str(out / "predictions.jsonl")}  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fitwhisper.cli.flags import add_config_arguments, build_config, load_config_file
+from fitwhisper.cli.flags import add_options, build_config, load_config_file
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
 
@@ -18,7 +18,7 @@ SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     for name, cls in SECTIONS.items():
-        add_config_arguments(p, cls, name)
+        add_options(p, cls, name)
     return p
 
 

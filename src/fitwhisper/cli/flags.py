@@ -55,9 +55,6 @@ def add_options(
         _add_field(target, f, hints[f.name])
 
 
-add_config_arguments = add_options  # the name bench scripts of the first round use
-
-
 def option_fields(cls: type, only: tuple[str, ...] | None = None) -> list[dataclasses.Field]:
     """The fields of `cls` that become flags: all, or those named in `only` (in that order)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
