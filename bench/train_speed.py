@@ -363,9 +363,9 @@ def _batch_of(train_cfg, spec: dict) -> int:
 
 def _evaluate(model, processor, spec: dict, out: Path) -> dict:
     """The held-out clips at normal 30 s input, by generation, as fitwhisper scores them."""
+    from fitwhisper.config import EvalConfig
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.data.manifest import load_manifest
-    from fitwhisper.config import EvalConfig
     from fitwhisper.evaluate import evaluate_model
     from fitwhisper.models.generation import configure_generation
 
