@@ -79,6 +79,7 @@ def _add_field(group: Any, f: dataclasses.Field, hint: Any) -> None:
         return
     # Aliases are the names the user's scripts and blog posts use (--model_name_or_path).
     flags = [f"--{f.name}", *meta.get("aliases", ())]
+    flags.sort(key=lambda flag: flag.startswith("--"))  # -v before --verbose, as usual
     # SUPPRESS: absent flags stay absent, so a config file's value is not overwritten and
     # `build_config` fills in the dataclass default.
     common: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
