@@ -26,7 +26,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.merge import merge_adapter
+    from fitwhisper.models.merge import merge_adapter
 
     r = merge_adapter(args.adapter, args.out, overwrite=args.force)
     print(f"merged {r.adapter} into its base {r.base} ({r.n_params / 1e6:.2f}M params)")

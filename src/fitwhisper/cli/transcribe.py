@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.chinese_script import check_output_script
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
+    from fitwhisper.models.resolve import resolve_model
     from fitwhisper.transcribe.formats import render
     from fitwhisper.transcribe.inputs import collect_inputs
     from fitwhisper.transcribe.options import TranscribeOptions
@@ -195,10 +196,12 @@ def run(args: argparse.Namespace) -> int:
         opencc=args.opencc,
     )
     # 2. Engine and model.
-    choice = choose_engine(args.engine, args.model, resolve_device(args.device))
+    # The spec is resolved here, once, and the result passed down.
+    model = resolve_model(args.model)
+    choice = choose_engine(args.engine, model, resolve_device(args.device))
     if choice.name == "transformers" and args.mode == "batched":
         raise ConfigError("--mode batched needs the ct2 engine", hint="pass --engine ct2")
-    engine = make_engine(args.model, opts, choice)
+    engine = make_engine(model, opts, choice)
     print(f"engine {choice.name} on {choice.device} ({choice.reason})", file=sys.stderr)
 
     # 3. Transcribe; outputs are written as files finish, stdout in input order at the end.
