@@ -132,7 +132,7 @@ def transcribe_files(
         if not audios:
             continue
         for t in engine.transcribe(names, audios, progress):
-            on_result(convert_script(t, opts.opencc))
+            on_result(convert_script(t, opts.output_script))
             ok += 1
     return ok, failed
 
