@@ -63,10 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     metric, norm = make_scorer("zh", opencc="t2s")
 
-    from fitwhisper.export import cached_ct2
+    from fitwhisper.models.ct2_export import cached_ct2
+    from fitwhisper.models.resolve import resolve_model
 
     t0 = time.perf_counter()
-    ct2_dir = cached_ct2(MODEL, "int8")
+    ct2_dir = cached_ct2(resolve_model(MODEL), "int8")
     export_s = time.perf_counter() - t0
 
     results = []
@@ -151,13 +152,14 @@ def _rows(args, ct2_dir: Path) -> dict:
 
     def fitwhisper(engine: str, mode: str = "auto", timestamps: str = "segment"):
         def make():
+            from fitwhisper.models.resolve import resolve_model
             from fitwhisper.transcribe.options import TranscribeOptions
             from fitwhisper.transcribe.run import EngineChoice, make_engine
 
             opts = TranscribeOptions(
                 language="zh", batch_size=bs, threads=threads, mode=mode, timestamps=timestamps
             )
-            eng = make_engine(MODEL, opts, EngineChoice(engine, "cpu", "bench"))
+            eng = make_engine(resolve_model(MODEL), opts, EngineChoice(engine, "cpu", "bench"))
             group = bs * (16 if engine == "ct2" else 1)
 
             def run(audios):

@@ -368,7 +368,7 @@ def test_quantised_base_with_lora_trains_on_gpu(
     assert {k for k in snaps.moved() if "lora_B" in k}
     assert (result.final_dir / "adapter_model.safetensors").is_file()
     # The merged model is a plain full-precision one.
-    from fitwhisper.merge import merge_adapter
+    from fitwhisper.models.merge import merge_adapter
 
     merged = merge_adapter(result.final_dir, tmp_path / "merged")
     config = json.loads((merged.out / "config.json").read_text())
@@ -399,7 +399,7 @@ def test_lora_lowers_cer_on_real_mandarin(shared_data: Path, tmp_path: Path) -> 
 
     from fitwhisper.data.features import prefix_ids
     from fitwhisper.evaluate import evaluate_manifest
-    from fitwhisper.merge import merge_adapter
+    from fitwhisper.models.merge import merge_adapter
     from fitwhisper.models.resolve import load_model, load_processor, resolve_model
 
     src = shared_data / "aishell-s0150"

@@ -116,3 +116,30 @@ def test_output_script_converts_every_segment_into_traditional() -> None:
     )
     assert [s.text for s in convert_script(t, "traditional").segments] == ["們發現", "OK 後臺"]
     assert convert_script(t, None) is t
+
+
+def test_one_transcribe_call_resolves_the_model_spec_once(
+    tiny_whisper_dir: Path, tmp_path: Path, make_tone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import fitwhisper.models.resolve as resolve
+
+    calls: list[str] = []
+    original = resolve.resolve_model
+
+    def counting(spec, **kwargs):
+        calls.append(str(spec))
+        return original(spec, **kwargs)
+
+    # Every module that holds the function, whether it looks it up at call time or not.
+    for name, module in list(sys.modules.items()):
+        if name.startswith("fitwhisper") and getattr(module, "resolve_model", None) is original:
+            monkeypatch.setattr(module, "resolve_model", counting)
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    code = main(
+        ["transcribe", "--model", str(tiny_whisper_dir), "--engine", "ct2", str(good),
+         "--output_dir", str(tmp_path / "out"), *FAST]
+    )  # fmt: skip
+    assert code == 0
+    assert calls == [str(tiny_whisper_dir)]

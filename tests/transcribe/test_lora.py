@@ -50,7 +50,7 @@ def test_adapter_transcribes_unmerged_with_its_merged_models_text(
 ) -> None:
     from peft import PeftModel
 
-    from fitwhisper.merge import merge_adapter
+    from fitwhisper.models.merge import merge_adapter
 
     clips = [make_tone(tmp_path / f"c{i}.wav", 1.0 + i, freq=250 + 120 * i) for i in range(3)]
     adapter_texts, adapter_model = _texts(adapter_dir, clips)

@@ -1,17 +1,73 @@
-"""`fitwhisper export`: flags and the function that runs it."""
+"""`fitwhisper export`: flags (from `ExportArgs`) and the function that runs it."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.models.ct2_export import Quantization
+from fitwhisper.scoring import OPENCC_CONFIGS
+
+# OpenCC's tables as a Literal, so the flag's choices come from the field's type.
+OpenCCConfig = Literal[OPENCC_CONFIGS]  # type: ignore[valid-type]
+
+
+@dataclass(frozen=True)
+class ExportArgs:
+    """What to export, where to, and what to re-score it on."""
+
+    model: str = field(
+        metadata={"help": "Model spec, as for evaluate.", "positional": True, "metavar": "MODEL"}
+    )
+    out: str = field(
+        metadata={
+            "help": "Folder to write the CTranslate2 model to.",
+            "positional": True,
+            "metavar": "OUT",
+        }
+    )
+    quantization: Quantization = field(
+        default="int8",
+        metadata={
+            "help": "Weight type: int8 (default; smallest, fastest on CPU), int8_float16 or "
+            "float16 (GPU), float32."
+        },
+    )
+    manifest: str | None = field(
+        default=None, metadata={"help": "Re-score this manifest with both models."}
+    )
+    language: str | None = field(
+        default=None,
+        metadata={"help": "Language of the manifest's speech, e.g. zh.", "metavar": "LANG"},
+    )
+    max_samples: int | None = field(
+        default=None, metadata={"help": "Score only the first N rows.", "metavar": "N"}
+    )
+    opencc: OpenCCConfig | None = field(
+        default=None,
+        metadata={
+            "help": "OpenCC conversion of both sides before scoring, as for evaluate (e.g. t2s).",
+            "metavar": "CONFIG",
+        },
+    )
+    batch_size: int = field(default=8, metadata={"help": "Clips per batch when re-scoring."})
+    force: bool = field(
+        default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
+    )
+
+
+OPTIONS = (Options(ExportArgs),)
 
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from fitwhisper.export import QUANTIZATIONS
-    from fitwhisper.scoring import OPENCC_CONFIGS
-
-    p = sub.add_parser(
+    add_command(
+        sub,
+        common,
         "export",
-        parents=[common],
+        OPTIONS,
+        run,
         help="Export a model (LoRA adapters merged) to CTranslate2 for faster-whisper.",
         description="Merges a LoRA adapter into its base when MODEL is one, converts with "
         "CTranslate2's own TransformersConverter and writes a folder that faster-whisper's "
@@ -20,27 +76,6 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         "the metric and normaliser of `fitwhisper evaluate`; the change is printed and "
         "written to OUT/export_report.json.",
     )
-    p.add_argument("model", metavar="MODEL", help="Model spec, as for evaluate.")
-    p.add_argument("out", metavar="OUT", help="Folder to write the CTranslate2 model to.")
-    p.add_argument(
-        "--quantization",
-        choices=QUANTIZATIONS,
-        default="int8",
-        help="Weight type: int8 (default; smallest, fastest on CPU), int8_float16 or float16 "
-        "(GPU), float32.",
-    )
-    p.add_argument("--manifest", help="Re-score this manifest with both models.")
-    p.add_argument("--language", help="Language of the manifest's speech, e.g. zh.")
-    p.add_argument("--max_samples", type=int, help="Score only the first N rows.")
-    p.add_argument(
-        "--opencc",
-        metavar="CONFIG",
-        choices=OPENCC_CONFIGS,
-        help="OpenCC conversion of both sides before scoring, as for evaluate (e.g. t2s).",
-    )
-    p.add_argument("--batch_size", type=int, default=8, help="Clips per batch when re-scoring.")
-    p.add_argument("--force", action="store_true", help="Replace OUT if it exists.")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,18 +84,19 @@ def run(args: argparse.Namespace) -> int:
 
     from fitwhisper.export import export_ct2, rescore
 
-    r = export_ct2(args.model, args.out, quantization=args.quantization, overwrite=args.force)
+    a = build_config(ExportArgs, args)
+    r = export_ct2(a.model, a.out, quantization=a.quantization, overwrite=a.force)
     print(f"exported {r.source} -> {r.out} ({r.quantization}, {r.size_mb:.0f} MB)")
     print(f"  use it: fitwhisper transcribe --model {r.out} AUDIO  (or faster-whisper)")
-    if args.manifest:
+    if a.manifest:
         s = rescore(
-            args.model,
+            a.model,
             r.out,
-            args.manifest,
-            language=args.language,
-            max_samples=args.max_samples,
-            batch_size=args.batch_size,
-            opencc=args.opencc,
+            a.manifest,
+            language=a.language,
+            max_samples=a.max_samples,
+            batch_size=a.batch_size,
+            opencc=a.opencc,
         )
         print(s.format())
         report = Path(r.out) / "export_report.json"

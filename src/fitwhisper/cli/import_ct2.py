@@ -1,57 +1,91 @@
-"""`fitwhisper import-ct2`: flags and the function that runs it."""
+"""`fitwhisper import-ct2`: flags (from `ImportCt2Args`) and the function that runs it."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fitwhisper.cli.flags import Options, add_command, build_config
+
+
+@dataclass(frozen=True)
+class ImportCt2Args:
+    """The CTranslate2 model to import and where the checkpoint goes."""
+
+    src: str = field(
+        metadata={
+            "help": "CTranslate2 model folder (model.bin or model.bin.part1, .part2, ...), or a "
+            "model.bin file.",
+            "positional": True,
+            "metavar": "SRC",
+        }
+    )
+    out: str = field(
+        metadata={
+            "help": "Folder to write the checkpoint to.",
+            "positional": True,
+            "metavar": "OUT",
+        }
+    )
+    part: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "A further part of a split model.bin; repeat in order. SRC is then the "
+            "first part."
+        },
+    )
+    dtype: Literal["float32", "float16"] = field(
+        default="float32",
+        metadata={"help": "dtype of the written weights (default: float32, for training)."},
+    )
+    config: str | None = field(
+        default=None,
+        metadata={
+            "help": "CTranslate2 config.json (default: next to the model).",
+            "metavar": "FILE",
+        },
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "tokenizer.json (default: next to the model).", "metavar": "FILE"},
+    )
+    force: bool = field(
+        default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
+    )
+
+
+OPTIONS = (Options(ImportCt2Args),)
 
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    add_command(
+        sub,
+        common,
         "import-ct2",
-        parents=[common],
+        OPTIONS,
+        run,
         help="Convert a CTranslate2/faster-whisper model folder into a transformers checkpoint.",
         description="Convert a CTranslate2 (faster-whisper) Whisper model into a transformers "
         "checkpoint folder that from_pretrained and the ASR pipeline load. Quantised models "
         "(int8, int16) are dequantised; known tokenizer.json defects (a lost BPE merge, missing "
         "timestamp tokens) are repaired and reported.",
     )
-    p.add_argument(
-        "src",
-        metavar="SRC",
-        help="CTranslate2 model folder (model.bin or model.bin.part1, .part2, ...), or a "
-        "model.bin file.",
-    )
-    p.add_argument("out", metavar="OUT", help="Folder to write the checkpoint to.")
-    p.add_argument(
-        "--part",
-        action="append",
-        default=[],
-        help="A further part of a split model.bin; repeat in order. SRC is then the first part.",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="dtype of the written weights (default: float32, for training).",
-    )
-    p.add_argument("--config", help="CTranslate2 config.json (default: next to the model).")
-    p.add_argument("--tokenizer", help="tokenizer.json (default: next to the model).")
-    p.add_argument("--force", action="store_true", help="Replace OUT if it exists.")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.models.ct2_import import import_ct2
 
+    a = build_config(ImportCt2Args, args)
     # Paths stay strings in the parser; import_ct2 takes str or Path.
-    src = [args.src, *args.part] if args.part else args.src
+    src = [a.src, *a.part] if a.part else a.src
     r = import_ct2(
         src,
-        args.out,
-        dtype=args.dtype,
-        overwrite=args.force,
-        config_file=args.config,
-        tokenizer_file=args.tokenizer,
+        a.out,
+        dtype=a.dtype,
+        overwrite=a.force,
+        config_file=a.config,
+        tokenizer_file=a.tokenizer,
     )
     lang = "multilingual" if r.multilingual else "English-only"
     print(f"imported Whisper {r.kind} ({lang}, {r.n_params / 1e6:.2f}M params)")

@@ -119,12 +119,22 @@ def resolve_model(spec: str | Path, *, cache_dir: str | None = None) -> Resolved
     return ResolvedModel(text, "hub", text)
 
 
-def load_processor(spec: str | Path, **kwargs):
-    """WhisperProcessor (feature extractor + tokenizer) for a model spec; `kwargs` (such as
-    cache_dir, where Hub downloads go) go to from_pretrained."""
+def as_resolved(
+    model: str | Path | ResolvedModel, *, cache_dir: str | None = None
+) -> ResolvedModel:
+    """`model` itself when it is already resolved, else `resolve_model(model)`: functions
+    that take either let a command resolve its model once and pass the result down."""
+    if isinstance(model, ResolvedModel):
+        return model
+    return resolve_model(model, cache_dir=cache_dir)
+
+
+def load_processor(spec: str | Path | ResolvedModel, **kwargs):
+    """WhisperProcessor (feature extractor + tokenizer) for a model spec (or one resolved
+    already); `kwargs` (such as cache_dir, where Hub downloads go) go to from_pretrained."""
     from transformers import WhisperProcessor
 
-    resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
+    resolved = as_resolved(spec, cache_dir=kwargs.get("cache_dir"))
     if resolved.adapter is not None and has_processor(resolved.adapter):
         # A LoRA run's final/ holds its processor beside the adapter; it wins over the base's.
         # (Trainer checkpoints hold only the feature extractor: those use the base's.)
@@ -132,8 +142,9 @@ def load_processor(spec: str | Path, **kwargs):
     return _from_pretrained(WhisperProcessor, resolved, **kwargs)
 
 
-def load_model(spec: str | Path, **kwargs):
-    """WhisperForConditionalGeneration for a model spec; `kwargs` go to from_pretrained.
+def load_model(spec: str | Path | ResolvedModel, **kwargs):
+    """WhisperForConditionalGeneration for a model spec (or one resolved already); `kwargs`
+    go to from_pretrained.
 
     A LoRA adapter folder (or a run folder holding one) loads its base with `kwargs`, then
     the adapter on top (a PeftModel), with the adapter folder's generation config, which
@@ -141,7 +152,7 @@ def load_model(spec: str | Path, **kwargs):
     """
     from transformers import GenerationConfig, WhisperForConditionalGeneration
 
-    resolved = resolve_model(spec, cache_dir=kwargs.get("cache_dir"))
+    resolved = as_resolved(spec, cache_dir=kwargs.get("cache_dir"))
     model = _from_pretrained(WhisperForConditionalGeneration, resolved, **kwargs)
     if resolved.adapter is not None:
         from peft import PeftModel

@@ -3,15 +3,37 @@
     fitwhisper transcribe --model MODEL AUDIO... [--output_dir DIR --output_format srt]
 
 - `inputs`: files, folders and list files to audio paths, with per-input problems
-- `options`: the settings shared by both engines
+- `options`: the decoding settings shared by both engines, and the job (inputs, outputs)
 - `hf_engine`: transformers' `generate` (long-form, batched; LoRA adapters unmerged)
 - `ct2_engine`: faster-whisper on a CTranslate2 folder (sequential or batched)
 - `run`: engine choice, decoding, batching, per-file errors; `transcribe_file`
 - `formats`: segments and the txt/json/srt/vtt/tsv writers
+
+Only the light modules (options, formats) load with the package; `transcribe_file` loads
+`run` (numpy, audio decoding) on first use, so the command line's `--help` stays fast.
 """
 
-from fitwhisper.transcribe.formats import FORMATS, Segment, Transcript, render
-from fitwhisper.transcribe.options import TranscribeOptions
-from fitwhisper.transcribe.run import transcribe_file
+from __future__ import annotations
 
-__all__ = ["FORMATS", "Segment", "TranscribeOptions", "Transcript", "render", "transcribe_file"]
+from typing import Any
+
+from fitwhisper.transcribe.formats import FORMATS, Segment, Transcript, render
+from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions
+
+__all__ = [
+    "FORMATS",
+    "Segment",
+    "TranscribeJob",
+    "TranscribeOptions",
+    "Transcript",
+    "render",
+    "transcribe_file",
+]
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: `run` is imported on first use
+    if name == "transcribe_file":
+        from fitwhisper.transcribe.run import transcribe_file
+
+        return transcribe_file
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.models.ct2_export import EXPORT_INFO  # the export's source, language, task
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
 
 log = logging.getLogger(__name__)
 
-EXPORT_INFO = "fitwhisper_export.json"  # written by fitwhisper export: source, language, ...
 TEXT_COMPRESSION_RATIO_THRESHOLD = 2.4  # openai-whisper's, on the gzip ratio of the text
 SAMPLING_SEED = 0  # for temperature fallback: the same file gives the same transcript
 

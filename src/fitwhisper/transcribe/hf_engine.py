@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +21,9 @@ from fitwhisper.data.audio import SAMPLE_RATE_HZ
 from fitwhisper.errors import ConfigError
 from fitwhisper.transcribe.formats import Segment, Transcript
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+
+if TYPE_CHECKING:
+    from fitwhisper.models.resolve import ResolvedModel
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +38,13 @@ class TransformersEngine:
 
     name = "transformers"
 
-    def __init__(self, model_spec: str, opts: TranscribeOptions, device: str) -> None:
+    def __init__(
+        self, model: str | Path | ResolvedModel, opts: TranscribeOptions, device: str
+    ) -> None:
         import torch
 
         from fitwhisper.models.generation import language_for
-        from fitwhisper.models.resolve import load_model, load_processor
+        from fitwhisper.models.resolve import as_resolved, load_model, load_processor
 
         if opts.timestamps == "word":
             raise ConfigError(
@@ -49,9 +56,10 @@ class TransformersEngine:
             torch.set_num_threads(opts.threads)
         self.opts = opts
         self.device = device
-        self.processor = load_processor(model_spec)
+        resolved = as_resolved(model)  # once, for the processor and the weights
+        self.processor = load_processor(resolved)
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
-        self.model = load_model(model_spec, dtype=dtype).to(device).eval()
+        self.model = load_model(resolved, dtype=dtype).to(device).eval()
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False))
         # A fine-tune's generation config carries its language: that is the default.

@@ -1,13 +1,20 @@
-"""The settings of one `fitwhisper transcribe` call, shared by both engines."""
+"""The settings of one `fitwhisper transcribe` call: `TranscribeOptions`, how to decode
+(shared by both engines), and `TranscribeJob`, what to transcribe with which model and
+engine, and where the text goes. The command's flags are generated from their fields
+(`fitwhisper.cli.flags`), so each field's help text is the flag's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from fitwhisper.scoring import OPENCC_CONFIGS
+from fitwhisper.transcribe.formats import FORMATS
 
 Engine = Literal["auto", "transformers", "ct2"]
 Mode = Literal["auto", "sequential", "batched"]
 Timestamps = Literal["none", "segment", "word"]
+Task = Literal["transcribe", "translate"]
 
 SHORT_CLIP_S = 30.0  # one Whisper window: clips up to this long are decoded in one pass
 # Whisper's temperature fallback schedule (openai-whisper's default).
@@ -18,24 +25,164 @@ FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 class TranscribeOptions:
     """How to decode. None thresholds mean the engine's own default (see README)."""
 
-    language: str | None = None  # None: the model's own (a fine-tune's), else detected
-    task: Literal["transcribe", "translate"] = "transcribe"
-    beam_size: int = 1
-    timestamps: Timestamps = "segment"
-    initial_prompt: str | None = None
-    condition_on_previous_text: bool = True
-    temperature_fallback: bool = True
-    compression_ratio_threshold: float | None = None
-    logprob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
-    batch_size: int = 8
-    max_new_tokens: int | None = None  # per 30 s window; None: up to the model's limit
-    mode: Mode = "auto"
-    device: str = "auto"
-    compute_type: str = "auto"  # CTranslate2 only: int8 on CPU, float16 on CUDA
-    threads: int = 0  # CPU threads; 0 = the library's default
-    opencc: str | None = None  # convert the output's script, e.g. s2tw
+    language: str | None = field(
+        default=None,
+        metadata={"help": "e.g. zh; none: the model's own, else detected.", "metavar": "LANG"},
+    )
+    task: Task = field(
+        default="transcribe",
+        metadata={"help": "transcribe, or translate into English."},
+    )
+    beam_size: int = field(default=1, metadata={"help": "1: greedy.", "aliases": ["--beam-size"]})
+    timestamps: Timestamps = field(
+        default="segment",
+        metadata={
+            "help": "segment; word (ct2 engine) adds word times to json; none decodes "
+            "clips of up to 30 s without timestamp tokens (one segment per clip)."
+        },
+    )
+    initial_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "Text to prime the decoder.",
+            "aliases": ["--initial-prompt"],
+            "metavar": "TEXT",
+        },
+    )
+    condition_on_previous_text: bool = field(
+        default=True,
+        metadata={
+            "help": "Feed a window's text to the next (long files); off: fewer repetition loops.",
+            "negative_aliases": ["--no_condition_on_previous_text"],
+        },
+    )
+    temperature_fallback: bool = field(
+        default=True,
+        metadata={
+            "help": "Re-decode at 0.2, 0.4 ... 1.0 when a window fails a threshold; off: "
+            "greedy only.",
+            "negative_aliases": ["--no_temperature_fallback"],
+        },
+    )
+    compression_ratio_threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "Re-decode a window that repeats itself; none: 2.4 (text gzip ratio, ct2) "
+            "or 1.35 (token zlib ratio, transformers)."
+        },
+    )
+    logprob_threshold: float | None = field(
+        default=-1.0,
+        metadata={"help": "Re-decode a window whose average token log-probability is below this."},
+    )
+    no_speech_threshold: float | None = field(
+        default=0.6,
+        metadata={
+            "help": "Skip a window whose no-speech probability is above this and whose average "
+            "log-probability is below --logprob_threshold (silence, music)."
+        },
+    )
+    batch_size: int = field(
+        default=8, metadata={"help": "Files or chunks per batch.", "aliases": ["--batch-size"]}
+    )
+    max_new_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Most tokens written per 30 s window; none: the model's limit, 448."},
+    )
+    mode: Mode = field(
+        default="auto",
+        metadata={
+            "help": "Files over 30 s: sequential runs Whisper's long-form algorithm "
+            "(previous-text conditioning, temperature fallback); batched cuts them at pauses "
+            "(voice activity) and decodes the chunks in batches (ct2 only). auto: "
+            "batched on the ct2 engine (measured faster at equal CER), sequential on "
+            "transformers. Clips of up to 30 s are batched across files in every mode but "
+            "sequential."
+        },
+    )
+    device: str = field(
+        default="auto",
+        metadata={"help": "auto, cpu, cuda or cuda:N.", "metavar": "DEVICE"},
+    )
+    compute_type: str = field(
+        default="auto",
+        metadata={
+            "help": "ct2 engine: int8, int8_float16, float16, float32; auto: int8 on CPU, "
+            "float16 on CUDA.",
+            "metavar": "TYPE",
+        },
+    )
+    threads: int = field(default=0, metadata={"help": "CPU threads (0: library default)."})
+    output_script: str | None = field(
+        default=None,
+        metadata={
+            "help": "Convert the output's Chinese script: traditional (OpenCC s2tw, for zh-TW), "
+            f"simplified (t2s), or an OpenCC table ({', '.join(OPENCC_CONFIGS)}).",
+            "aliases": ["--output-script", "--opencc"],
+            "metavar": "SCRIPT",
+        },
+    )
 
     @property
     def temperatures(self) -> tuple[float, ...]:
         return FALLBACK_TEMPERATURES if self.temperature_fallback else (0.0,)
+
+
+@dataclass(frozen=True)
+class TranscribeJob:
+    """What to transcribe, with which model and engine, and where the text goes."""
+
+    model: str = field(
+        metadata={"help": "Model spec, as for evaluate.", "required": True, "metavar": "MODEL"}
+    )
+    audio: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Audio files or folders.",
+            "positional": True,
+            "nargs": "*",
+            "metavar": "AUDIO",
+        },
+    )
+    audio_list: str | None = field(
+        default=None,
+        metadata={
+            "help": "A text file, one audio path a line.",
+            "aliases": ["--audio-list"],
+            "metavar": "FILE",
+        },
+    )
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Write one file per input and format here (NAME.FORMAT).",
+            "aliases": ["--output-dir"],
+            "metavar": "DIR",
+        },
+    )
+    output_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Write the one input's transcript here; the format follows the suffix "
+            "unless --output_format is given.",
+            "aliases": ["--output-file"],
+            "metavar": "FILE",
+        },
+    )
+    output_format: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Comma-separated, from {', '.join(FORMATS)} or all; none: the "
+            "--output_file's suffix, else txt.",
+            "aliases": ["--output-format"],
+            "metavar": "FORMATS",
+        },
+    )
+    engine: Engine = field(
+        default="auto",
+        metadata={
+            "help": "auto: ct2 on CPU (measured faster; a transformers model is "
+            "exported to CTranslate2 int8 once, into the cache), transformers for LoRA "
+            "adapters (unmerged) and on CUDA."
+        },
+    )

@@ -1,7 +1,8 @@
 """Transcribe many files with one engine: decode, batch, report bad files one by one.
 
 `transcribe_files` is the engine of `fitwhisper transcribe`; `choose_engine` picks the engine
-for `--engine auto` (the faster one measured in bench/RESULTS-transcribe.md).
+for `--engine auto` (the faster one measured in bench/RESULTS-transcribe.md). Both engine
+functions take the model spec resolved once by the caller (`models.resolve.resolve_model`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fitwhisper.data.audio import AudioDecodeError, load_audio, probe_audio
 from fitwhisper.errors import ConfigError, FitWhisperError
 from fitwhisper.transcribe.formats import Transcript
 from fitwhisper.transcribe.inputs import InputProblem
 from fitwhisper.transcribe.options import TranscribeOptions
+
+if TYPE_CHECKING:
+    from fitwhisper.models.resolve import ResolvedModel
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +48,10 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def choose_engine(engine: str, model_spec: str, device: str) -> EngineChoice:
+def choose_engine(engine: str, model: ResolvedModel, device: str) -> EngineChoice:
     """The engine for `--engine`; `auto` follows the benchmark: CTranslate2 (int8) is the
     faster one on CPU; a LoRA adapter stays unmerged on transformers; on CUDA no comparison
     was measured, so transformers (the model as trained) is kept."""
-    from fitwhisper.models.resolve import resolve_model
-
-    resolved = resolve_model(model_spec)
     if engine == "ct2" and not _ct2_installed():
         raise ConfigError(
             "--engine ct2 needs ctranslate2 and faster-whisper",
@@ -61,31 +63,29 @@ def choose_engine(engine: str, model_spec: str, device: str) -> EngineChoice:
         raise ConfigError(f"unknown --engine {engine!r}", hint="use auto, transformers or ct2")
     if not _ct2_installed():
         return EngineChoice("transformers", device, "ctranslate2/faster-whisper not installed")
-    if resolved.adapter is not None:
+    if model.adapter is not None:
         return EngineChoice("transformers", device, "a LoRA adapter runs unmerged")
     if device == "cpu":
         return EngineChoice("ct2", device, "CTranslate2 int8 is the faster engine on CPU")
     return EngineChoice("transformers", device, "on CUDA the engines were not compared")
 
 
-def make_engine(model_spec: str, opts: TranscribeOptions, choice: EngineChoice):
+def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice):
     """Load the model into the chosen engine (exporting to CTranslate2 once if needed)."""
     if choice.name == "transformers":
         from fitwhisper.transcribe.hf_engine import TransformersEngine
 
-        return TransformersEngine(model_spec, opts, choice.device)
-    from fitwhisper.models.resolve import resolve_model
+        return TransformersEngine(model, opts, choice.device)
     from fitwhisper.transcribe.ct2_engine import CT2Engine
 
-    resolved = resolve_model(model_spec)
-    if resolved.kind == "ct2_dir" and opts.compute_type == "auto":
-        folder = Path(model_spec)  # a CTranslate2 folder runs as it is
+    if model.kind == "ct2_dir" and opts.compute_type == "auto":
+        folder = Path(model.spec)  # a CTranslate2 folder runs as it is
     else:
-        from fitwhisper.export import cached_ct2
+        from fitwhisper.models.ct2_export import cached_ct2
 
         gpu = choice.device.startswith("cuda")
         ct = opts.compute_type if opts.compute_type != "auto" else None
-        folder = cached_ct2(model_spec, ct or ("float16" if gpu else "int8"))
+        folder = cached_ct2(model, ct or ("float16" if gpu else "int8"))
     return CT2Engine(folder, opts, choice.device)
 
 
@@ -132,17 +132,17 @@ def transcribe_files(
         if not audios:
             continue
         for t in engine.transcribe(names, audios, progress):
-            on_result(convert_script(t, opts.opencc))
+            on_result(convert_script(t, opts.output_script))
             ok += 1
     return ok, failed
 
 
-def convert_script(t: Transcript, opencc_config: str | None) -> Transcript:
+def convert_script(t: Transcript, output_script: str | None) -> Transcript:
     """The transcript with its texts converted into a script (traditional, simplified, an
     OpenCC table such as s2tw), or as it is."""
     from fitwhisper.chinese_script import check_output_script, to_script
 
-    script = check_output_script(opencc_config)
+    script = check_output_script(output_script)
     if script is None:
         return t
     segments = tuple(dataclasses.replace(s, text=to_script(s.text, script)) for s in t.segments)
@@ -160,9 +160,11 @@ def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: s
     """
     # Clips of up to 30 s in one generate call, as the ASR pipeline does; longer ones in
     # Whisper's long-form algorithm.
+    from fitwhisper.models.resolve import resolve_model
+
     opts = TranscribeOptions(device=device, timestamps="none")
     choice = EngineChoice("transformers", resolve_device(device), "the model as trained")
-    engine = make_engine(str(model_spec), opts, choice)
+    engine = make_engine(resolve_model(model_spec), opts, choice)
     audio = load_audio(audio_path)
     return engine.transcribe([str(audio_path)], [audio])[0].text
 

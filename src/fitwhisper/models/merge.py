@@ -14,8 +14,12 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fitwhisper.errors import ConfigError, ModelLoadError
+
+if TYPE_CHECKING:
+    from fitwhisper.models.resolve import ResolvedModel
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +34,11 @@ class MergeResult:
     n_params: int
 
 
-def merge_adapter(adapter: str | Path, out: str | Path, *, overwrite: bool = False) -> MergeResult:
-    """Fold the LoRA adapter at `adapter` into its base model and save the result in `out`.
+def merge_adapter(
+    adapter: str | Path | ResolvedModel, out: str | Path, *, overwrite: bool = False
+) -> MergeResult:
+    """Fold the LoRA adapter at `adapter` (a folder, or the model spec already resolved)
+    into its base model and save the result in `out`.
 
     Raises:
         ModelLoadError: `adapter` holds no LoRA adapter, or its base cannot be loaded.
@@ -41,12 +48,12 @@ def merge_adapter(adapter: str | Path, out: str | Path, *, overwrite: bool = Fal
 
     import torch
 
-    from fitwhisper.models.resolve import load_model, load_processor, resolve_model
+    from fitwhisper.models.resolve import as_resolved, load_model, load_processor
 
-    resolved = resolve_model(adapter)
+    resolved = as_resolved(adapter)
     if resolved.adapter is None:
         raise ModelLoadError(
-            f"{adapter} holds no LoRA adapter (no adapter_config.json)",
+            f"{resolved.spec} holds no LoRA adapter (no adapter_config.json)",
             hint="pass a LoRA run's final/ folder (trained with --use_lora, --use_8bit or "
             "--use_4bit); a full fine-tune is already a complete model",
         )
@@ -57,12 +64,12 @@ def merge_adapter(adapter: str | Path, out: str | Path, *, overwrite: bool = Fal
         shutil.rmtree(dest)
 
     # 1. Base in float32 plus adapter (with the adapter's generation config).
-    model = load_model(adapter, dtype=torch.float32)
+    model = load_model(resolved, dtype=torch.float32)
     # 2. W + (alpha / r) * B @ A into each target layer; the LoRA layers are removed.
     merged = model.merge_and_unload()
     # 3. A plain transformers folder with the processor the run used.
     merged.save_pretrained(dest)
-    load_processor(adapter).save_pretrained(dest)
+    load_processor(resolved).save_pretrained(dest)
     base = json.loads((resolved.adapter / "adapter_config.json").read_text())[
         "base_model_name_or_path"
     ]

@@ -1,0 +1,62 @@
+"""`fitwhisper export MODEL OUT`: write a model as a CTranslate2 (faster-whisper) folder.
+
+MODEL is anything the resolver accepts; a LoRA adapter is merged into its base first. The
+conversion itself (CTranslate2's own `TransformersConverter`) is `models.ct2_export`'s;
+this module checks the destination and reports what was written.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fitwhisper.errors import ConfigError
+from fitwhisper.models.ct2_export import QUANTIZATIONS
+
+if TYPE_CHECKING:
+    from fitwhisper.models.resolve import ResolvedModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    out: Path
+    source: str
+    quantization: str
+    size_mb: float
+
+
+def export_ct2(
+    model_spec: str | Path | ResolvedModel,
+    out: str | Path,
+    *,
+    quantization: str = "int8",
+    overwrite: bool = False,
+) -> ExportResult:
+    """Write a CTranslate2 model folder that faster-whisper loads.
+
+    Raises:
+        ConfigError: unknown quantization, or `out` exists and `overwrite` is off.
+        ModelLoadError: the model cannot be resolved or converted.
+    """
+    from fitwhisper.models.ct2_export import convert_to_ct2
+    from fitwhisper.models.resolve import as_resolved
+
+    if quantization not in QUANTIZATIONS:
+        raise ConfigError(
+            f"unknown --quantization {quantization!r}", hint="use " + ", ".join(QUANTIZATIONS)
+        )
+    dest = Path(out)
+    if dest.exists() and any(dest.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
+        shutil.rmtree(dest)
+    model = as_resolved(model_spec)
+    convert_to_ct2(model, dest, quantization)
+    size = sum(f.stat().st_size for f in dest.iterdir()) / 1e6
+    log.info("exported %s to %s (%s, %.0f MB)", model.spec, dest, quantization, size)
+    return ExportResult(dest, model.spec, quantization, size)

@@ -1,0 +1,88 @@
+"""Re-score an export against its source: `fitwhisper export ... --manifest M`.
+
+The source model (transformers, greedy) and the exported one (faster-whisper, greedy)
+transcribe the same manifest rows and are scored with the same metric and normaliser as
+`fitwhisper evaluate`, so the difference is the export's alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.scoring import Score
+
+
+@dataclass(frozen=True)
+class Rescore:
+    """The source and the exported model on the same rows, same metric and normaliser."""
+
+    source: Score
+    exported: Score
+    n_rows: int
+
+    def as_dict(self) -> dict:
+        m = self.source.metric
+        return {
+            "metric": m,
+            "normalizer": self.source.normalizer,
+            "rows": self.n_rows,
+            "source": self.source.as_dict(),
+            "exported": self.exported.as_dict(),
+            "difference": {m: self.exported.normalized - self.source.normalized},
+        }
+
+    def format(self) -> str:
+        m = self.source.metric.upper()
+        d = 100 * (self.exported.normalized - self.source.normalized)
+        return (
+            f"{m} ({self.source.normalizer}) on {self.n_rows} rows: "
+            f"source {100 * self.source.normalized:.2f}%, "
+            f"exported {100 * self.exported.normalized:.2f}%  ({d:+.2f} points)"
+        )
+
+
+def rescore(
+    source_spec: str,
+    exported: str | Path,
+    manifest: str | Path,
+    *,
+    language: str | None = None,
+    max_samples: int | None = None,
+    batch_size: int = 8,
+    device: str = "cpu",
+    opencc: str | None = None,
+) -> Rescore:
+    """Score the source model and its export on the same manifest rows (greedy, no
+    temperature fallback, no timestamps: the settings of `fitwhisper evaluate`); `opencc`
+    converts both sides' script before scoring, as `evaluate --opencc` does."""
+    from fitwhisper.data.audio import load_audio
+    from fitwhisper.evaluate import checked_rows, evaluate_manifest, make_scorer, scoring_language
+    from fitwhisper.models.resolve import load_processor
+    from fitwhisper.scoring import score
+    from fitwhisper.transcribe.ct2_engine import CT2Engine
+    from fitwhisper.transcribe.options import TranscribeOptions
+
+    source = evaluate_manifest(
+        source_spec,
+        manifest,
+        language=language,
+        max_samples=max_samples,
+        batch_size=batch_size,
+        opencc=opencc,
+    )
+    rows, _ = checked_rows(manifest, load_processor(source_spec), "error", max_samples)
+    opts = TranscribeOptions(
+        language=language,
+        timestamps="none",
+        temperature_fallback=False,
+        condition_on_previous_text=False,
+        batch_size=batch_size,
+    )
+    engine = CT2Engine(exported, opts, device)
+    texts = [
+        t.text for t in engine.transcribe([r.id for r in rows], [load_audio(r.audio) for r in rows])
+    ]
+    metric, norm = make_scorer(scoring_language(rows, language), opencc=opencc)
+    exported_score = score([r.text for r in rows], texts, metric, norm)
+    return Rescore(source.score, exported_score, len(rows))
