@@ -5,8 +5,9 @@ Training-time evaluation and `fitwhisper evaluate` both go through `Seq2SeqTrain
 wherever it is computed. Never teacher-forced.
 
 - `scorer`: metric and normaliser for a language (`make_scorer`), Trainer's `metrics_fn`
-- `generate`: a model over rows (`evaluate_model`), a manifest (`evaluate_manifest`), two
-  models side by side (`compare_manifest`)
+- `generate`: a loaded model over a dataset (`evaluate_model`), a model over checked rows
+  (`evaluate_rows`), a manifest (`evaluate_manifest`), two models side by side
+  (`compare_manifest`)
 - `results`: `EvalResult` and `Comparison`, and the files and tables they write
 
 `fitwhisper evaluate MODEL MANIFEST [--compare OTHER]` runs them; options are `EvalConfig`.
@@ -17,6 +18,7 @@ from fitwhisper.evaluate.generate import (
     eval_config,
     evaluate_manifest,
     evaluate_model,
+    evaluate_rows,
 )
 from fitwhisper.evaluate.results import UNITS, Comparison, EvalResult, model_slug
 from fitwhisper.evaluate.scorer import (
@@ -24,6 +26,7 @@ from fitwhisper.evaluate.scorer import (
     make_scorer,
     metrics_fn,
     resolve_expected_script,
+    scorer_for,
     scoring_language,
 )
 
@@ -36,9 +39,11 @@ __all__ = [
     "eval_config",
     "evaluate_manifest",
     "evaluate_model",
+    "evaluate_rows",
     "make_scorer",
     "metrics_fn",
     "model_slug",
     "resolve_expected_script",
+    "scorer_for",
     "scoring_language",
 ]

@@ -155,7 +155,7 @@ def evaluate_manifest(
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
-    res = _evaluate_rows(model_spec, processor, data.rows, cfg, _language_token(data_cfg))
+    res = evaluate_rows(model_spec, processor, data.rows, cfg, _language_token(data_cfg))
     return dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped)
 
 
@@ -180,21 +180,16 @@ def compare_manifest(
     )
     results = []
     for spec, proc in ((model_spec, processor), (baseline_spec, load_processor(baseline_spec))):
-        res = _evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg))
+        res = evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg))
         results.append(dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped))
     return Comparison(model=results[0], baseline=results[1])
 
 
-# --- helpers ------------------------------------------------------------------------------
-
-
-def _language_token(data_cfg: DataConfig | None) -> str:
-    return data_cfg.language_token if data_cfg else "per_row"
-
-
-def _evaluate_rows(
-    model_spec: str, processor, rows: Sequence, cfg: EvalConfig, language_token: str
+def evaluate_rows(
+    model_spec, processor, rows: Sequence, cfg: EvalConfig, language_token: str = "per_row"
 ) -> EvalResult:
+    """Load `model_spec` and score it on checked `rows` (`data.usable.usable_rows`); the
+    model is freed afterwards, so two models are never held at once."""
     from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.models.generation import configure_generation, language_for
@@ -232,6 +227,13 @@ def _evaluate_rows(
         del model
         gc.collect()
         _empty_cuda_cache()
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _language_token(data_cfg: DataConfig | None) -> str:
+    return data_cfg.language_token if data_cfg else "per_row"
 
 
 def _language_groups(

@@ -56,22 +56,24 @@ def rescore(
     """Score the source model and its export on the same manifest rows (greedy, no
     temperature fallback, no timestamps: the settings of `fitwhisper evaluate`); `opencc`
     converts both sides' script before scoring, as `evaluate --opencc` does."""
+    import dataclasses
+
+    from fitwhisper.config import EvalConfig
     from fitwhisper.data.audio import load_audio
-    from fitwhisper.evaluate import checked_rows, evaluate_manifest, make_scorer, scoring_language
+    from fitwhisper.data.usable import usable_rows
+    from fitwhisper.evaluate import evaluate_rows, scorer_for, scoring_language
     from fitwhisper.models.resolve import load_processor
     from fitwhisper.scoring import score
     from fitwhisper.transcribe.ct2_engine import CT2Engine
     from fitwhisper.transcribe.options import TranscribeOptions
 
-    source = evaluate_manifest(
-        source_spec,
-        manifest,
-        language=language,
-        max_samples=max_samples,
-        batch_size=batch_size,
-        opencc=opencc,
-    )
-    rows, _ = checked_rows(manifest, load_processor(source_spec), "error", max_samples)
+    # One check of the rows, one scorer: the two models see the same clips, scored alike.
+    processor = load_processor(source_spec)
+    rows = usable_rows(
+        manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
+    ).rows
+    cfg = EvalConfig(language=language, batch_size=batch_size, opencc=opencc)
+    source = evaluate_rows(source_spec, processor, rows, cfg)
     opts = TranscribeOptions(
         language=language,
         timestamps="none",
@@ -83,6 +85,6 @@ def rescore(
     texts = [
         t.text for t in engine.transcribe([r.id for r in rows], [load_audio(r.audio) for r in rows])
     ]
-    metric, norm = make_scorer(scoring_language(rows, language), opencc=opencc)
+    metric, norm = scorer_for(dataclasses.replace(cfg, language=scoring_language(rows, language)))
     exported_score = score([r.text for r in rows], texts, metric, norm)
     return Rescore(source.score, exported_score, len(rows))
