@@ -146,16 +146,17 @@ def evaluate_manifest(
     """
     from fitwhisper.data.usable import usable_rows
     from fitwhisper.models.presets import preset_language
-    from fitwhisper.models.resolve import load_processor
+    from fitwhisper.models.resolve import as_resolved, load_processor
 
     cfg = eval_config(cfg, **options)  # bad options fail before any work
     if cfg.language is None:
-        cfg = dataclasses.replace(cfg, language=preset_language(model_spec))
-    processor = load_processor(model_spec)
+        cfg = dataclasses.replace(cfg, language=preset_language(str(model_spec)))
+    model = as_resolved(model_spec)  # once: processor and model load from the same
+    processor = load_processor(model)
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
-    res = evaluate_rows(model_spec, processor, data.rows, cfg, _language_token(data_cfg))
+    res = evaluate_rows(model, processor, data.rows, cfg, _language_token(data_cfg))
     return dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped)
 
 
@@ -171,15 +172,16 @@ def compare_manifest(
     (`fitwhisper evaluate MODEL MANIFEST --compare BASELINE`). The data is checked once,
     with the first model's tokenizer."""
     from fitwhisper.data.usable import usable_rows
-    from fitwhisper.models.resolve import load_processor
+    from fitwhisper.models.resolve import as_resolved, load_processor
 
     cfg = eval_config(cfg, **options)
-    processor = load_processor(model_spec)
+    model, baseline = as_resolved(model_spec), as_resolved(baseline_spec)
+    processor = load_processor(model)
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
     results = []
-    for spec, proc in ((model_spec, processor), (baseline_spec, load_processor(baseline_spec))):
+    for spec, proc in ((model, processor), (baseline, load_processor(baseline))):
         res = evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg))
         results.append(dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped))
     return Comparison(model=results[0], baseline=results[1])
@@ -188,8 +190,9 @@ def compare_manifest(
 def evaluate_rows(
     model_spec, processor, rows: Sequence, cfg: EvalConfig, language_token: str = "per_row"
 ) -> EvalResult:
-    """Load `model_spec` and score it on checked `rows` (`data.usable.usable_rows`); the
-    model is freed afterwards, so two models are never held at once."""
+    """Load `model_spec` (a spec or a `ResolvedModel`) and score it on checked `rows`
+    (`data.usable.usable_rows`); the model is freed afterwards, so two models are never
+    held at once."""
     from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.models.generation import configure_generation, language_for
@@ -219,7 +222,7 @@ def evaluate_rows(
             dataclasses.replace(cfg, language=scoring_language(rows, cfg.language)),
             languages=per_row,
             tags=[r.language or cfg.language for r in rows],
-            model_name=str(model_spec),
+            model_name=str(getattr(model_spec, "spec", model_spec)),
         )
     finally:
         # Free the model before the next one loads (--compare): memory is released between

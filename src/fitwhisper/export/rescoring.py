@@ -62,18 +62,19 @@ def rescore(
     from fitwhisper.data.audio import load_audio
     from fitwhisper.data.usable import usable_rows
     from fitwhisper.evaluate import evaluate_rows, scorer_for, scoring_language
-    from fitwhisper.models.resolve import load_processor
+    from fitwhisper.models.resolve import as_resolved, load_processor
     from fitwhisper.scoring import score
     from fitwhisper.transcribe.ct2_engine import CT2Engine
     from fitwhisper.transcribe.options import TranscribeOptions
 
     # One check of the rows, one scorer: the two models see the same clips, scored alike.
-    processor = load_processor(source_spec)
+    source_model = as_resolved(source_spec)
+    processor = load_processor(source_model)
     rows = usable_rows(
         manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
     ).rows
     cfg = EvalConfig(language=language, batch_size=batch_size, opencc=opencc)
-    source = evaluate_rows(source_spec, processor, rows, cfg)
+    source = evaluate_rows(source_model, processor, rows, cfg)
     opts = TranscribeOptions(
         language=language,
         timestamps="none",

@@ -75,13 +75,14 @@ def train(
 
     # 2. Data: check every row before any weights load (the tokenizer is all it needs);
     #    output script, language tokens, rehearsal rows and the regression set (rows.py).
-    processor = setup.processor(model_cfg)
+    resolved = setup.resolve(model_cfg)
+    processor = setup.processor(resolved, model_cfg)
     checked = rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests)
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
 
     # 3. Model (the method decides how it loads and what trains); --seed also fixes the
     #    LoRA adapters' random start (Trainer seeds only after this).
-    model, language = setup.model(model_cfg, data_cfg, train_cfg, precision)
+    model, language = setup.model(resolved, model_cfg, data_cfg, train_cfg, precision)
     set_seed(train_cfg.seed)
     model = setup.prepare(model, model_cfg, train_cfg)
 

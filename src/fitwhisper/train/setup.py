@@ -24,14 +24,21 @@ class RunData:
     language: str | None
 
 
-def processor(model_cfg: ModelConfig):
+def resolve(model_cfg: ModelConfig):
+    """The model spec resolved once; processor and model load from the result."""
+    from fitwhisper.models.resolve import resolve_model
+
+    return resolve_model(model_cfg.model, **_hub(model_cfg))
+
+
+def processor(resolved, model_cfg: ModelConfig):
     """The model's WhisperProcessor: the data check needs only its tokenizer."""
     from fitwhisper.models.resolve import load_processor
 
-    return load_processor(model_cfg.model, **_hub(model_cfg))
+    return load_processor(resolved, **_hub(model_cfg))
 
 
-def model(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig,
+def model(resolved, model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig,
           precision: Precision):  # fmt: skip
     """The model, loaded as the method asks (quantised for 8-bit/4-bit), with language and
     task in its generation config so the saved model transcribes correctly in any pipeline
@@ -42,7 +49,7 @@ def model(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig,
     from fitwhisper.train.methods import load_kwargs
 
     loaded = load_model(
-        model_cfg.model,
+        resolved,
         **_hub(model_cfg),
         **load_kwargs(model_cfg, precision),
         attn_implementation=train_cfg.attn_implementation,
