@@ -11,7 +11,8 @@ Layers, lowest first (a unit may import its own modules and any lower layer):
     4  evaluate, transcribe
     5  train, export
     6  demo
-    7  cli, __main__                                 the only place that parses or exits
+    7  cli                                           the only place that parses or exits
+    8  __main__                                      `python -m fitwhisper`
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ LAYERS = {
     **dict.fromkeys(("evaluate", "transcribe"), 4),
     **dict.fromkeys(("train", "export"), 5),
     "demo": 6,
-    **dict.fromkeys(("cli", "__main__"), 7),
+    "cli": 7,
+    "__main__": 8,  # `python -m fitwhisper` runs cli.main
 }
 
 

@@ -20,9 +20,12 @@ def _cuda() -> bool:
 
 
 def test_plan_lora_defaults_are_trains():
-    args = build_parser().parse_args(["plan"])
-    assert args.lora_r == ModelConfig().lora_r
-    assert args.lora_target_modules.split(",") == ModelConfig().lora_target_modules
+    from fitwhisper.cli.flags import build_config
+    from fitwhisper.memory.options import PlanOptions
+
+    opts = build_config(PlanOptions, build_parser().parse_args(["plan"]))
+    assert opts.lora_r == ModelConfig().lora_r
+    assert opts.lora_target_modules == ModelConfig().lora_target_modules
 
 
 @pytest.fixture(scope="module")

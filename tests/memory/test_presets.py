@@ -27,5 +27,5 @@ def test_readme_presets_match_the_planner():
     fresh = replace_between_markers(text, presets_markdown())
     assert fresh == text, (
         "README.md's presets differ from the planner's; run "
-        "`python -m fitwhisper.memory.presets --readme README.md`"
+        "`fitwhisper plan --presets --readme README.md`"
     )

@@ -3,48 +3,58 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
+
+from fitwhisper.cli.flags import Options, add_command, build_config
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """Where the demo writes, and how it trains."""
+
+    output_dir: str = field(default="demo-run", metadata={"help": "Where everything goes."})
+    num_train_epochs: float = field(
+        default=2.0, metadata={"help": "Passes over the training clips."}
+    )
+    freeze_encoder: bool = field(
+        default=True,
+        metadata={
+            "help": "Train the decoder only. --no-freeze_encoder trains the whole model: "
+            "about 2.5x slower per step on a CPU."
+        },
+    )
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate."})
+    seed: int = field(default=0, metadata={"help": "Seed for the data and the training."})
+
+
+OPTIONS = (Options(DemoOptions),)
 
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    add_command(
+        sub,
+        common,
         "demo",
-        parents=[common],
+        OPTIONS,
+        run,
         help="Fine-tune a real Whisper model on generated speech, on this CPU, in minutes.",
         description="Makes a small speech dataset offline (invented words spoken by an offline "
         "voice), scores the real offline/tiny.en model on held-out sentences, fine-tunes it, "
         "scores it again on the same clips, and transcribes one of them. Needs no data or "
         "model of yours and no network.",
     )
-    p.add_argument(
-        "--output_dir", default="demo-run", help="Where everything goes (default: demo-run)."
-    )
-    p.add_argument(
-        "--num_train_epochs",
-        type=float,
-        default=2.0,
-        help="Passes over the training clips (default: 2).",
-    )
-    p.add_argument(
-        "--freeze_encoder",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="Train the decoder only (default). --no-freeze_encoder trains the whole model: "
-        "about 2.5x slower per step on a CPU.",
-    )
-    p.add_argument("--learning_rate", type=float, default=1e-4, help="Peak learning rate.")
-    p.add_argument("--seed", type=int, default=0, help="Seed for the data and the training.")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.demo.run import run_demo
 
+    opts = build_config(DemoOptions, args)
     r = run_demo(
-        args.output_dir,
-        num_train_epochs=args.num_train_epochs,
-        learning_rate=args.learning_rate,
-        freeze_encoder=args.freeze_encoder,
-        seed=args.seed,
+        opts.output_dir,
+        num_train_epochs=opts.num_train_epochs,
+        learning_rate=opts.learning_rate,
+        freeze_encoder=opts.freeze_encoder,
+        seed=opts.seed,
     )
     print(
         f"""

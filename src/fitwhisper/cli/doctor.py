@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
+
+from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.memory.doctor import MODELS
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """Which models get a verdict, and how the report is printed."""
+
+    models: list[str] = field(
+        default_factory=lambda: list(MODELS),
+        metadata={
+            "help": "Comma-separated models to give verdicts for (tiny to large-v3, turbo and "
+            "Breeze-ASR-25 by default)."
+        },
+    )
+    json: bool = field(
+        default=False, metadata={"help": "Print JSON instead of text.", "switch": True}
+    )
+
+
+OPTIONS = (Options(DoctorOptions),)
 
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from fitwhisper.memory.doctor import MODELS
-
-    p = sub.add_parser(
+    add_command(
+        sub,
+        common,
         "doctor",
-        parents=[common],
+        OPTIONS,
+        run,
         help="What this machine can train: GPUs, free memory, versions, a verdict per model.",
         description="Reports the GPUs with total and free memory, the processes already "
         "holding GPU memory (nvidia-smi or pynvml), library and CUDA versions, bf16/fp16/8-bit "
@@ -18,14 +42,6 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         "whether one training step at batch 1 with gradient checkpointing fits the free "
         "memory, as `fitwhisper plan` predicts it. Without a GPU it reports CPU memory.",
     )
-    p.add_argument(
-        "--models",
-        default=",".join(MODELS),
-        help="Comma-separated models to give verdicts for (default: tiny to large-v3, turbo "
-        "and Breeze-ASR-25).",
-    )
-    p.add_argument("--json", action="store_true", help="Print JSON instead of text.")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fitwhisper.memory.doctor import doctor, format_report
 
-    report = doctor(models=[m.strip() for m in args.models.split(",") if m.strip()])
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    opts = build_config(DoctorOptions, args)
+    report = doctor(models=opts.models)
+    print(json.dumps(report, indent=2) if opts.json else format_report(report))
     return 0

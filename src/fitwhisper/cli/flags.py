@@ -44,12 +44,15 @@ def add_options(
     title: str | None = None,
     *,
     only: tuple[str, ...] | None = None,
+    description: str | None = None,
 ) -> None:
     """Add one flag (or positional argument) per field of dataclass `cls`, in a help group
-    named `title` (the parser itself when None); `only` picks some fields."""
+    named `title` (the parser itself when None) described by `description` (default: the
+    first line of the class docstring); `only` picks some fields."""
     target: Any = parser
     if title is not None:
-        target = parser.add_argument_group(title, (cls.__doc__ or "").strip().splitlines()[0])
+        description = description or (cls.__doc__ or "").strip().splitlines()[0]
+        target = parser.add_argument_group(title, description)
     hints = typing.get_type_hints(cls)
     for f in option_fields(cls, only):
         _add_field(target, f, hints[f.name])
@@ -243,6 +246,7 @@ class Options:
     cls: type
     title: str | None = None
     only: tuple[str, ...] | None = None
+    description: str | None = None
 
     def fields(self) -> list[dataclasses.Field]:
         return option_fields(self.cls, self.only)
@@ -259,6 +263,6 @@ def add_command(
     """A subcommand whose flags all come from `options`; `run(args)` runs it."""
     p = sub.add_parser(name, parents=[common], **parser_kwargs)
     for o in options:
-        add_options(p, o.cls, o.title, only=o.only)
+        add_options(p, o.cls, o.title, only=o.only, description=o.description)
     p.set_defaults(func=run)
     return p

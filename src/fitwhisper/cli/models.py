@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
+
+from fitwhisper.cli.flags import Options, add_command, build_config
+
+
+@dataclass(frozen=True)
+class ModelsOptions:
+    """How the list is printed."""
+
+    json: bool = field(
+        default=False, metadata={"help": "Print JSON instead of a table.", "switch": True}
+    )
+
+
+OPTIONS = (Options(ModelsOptions),)
 
 
 def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    add_command(
+        sub,
+        common,
         "models",
-        parents=[common],
+        OPTIONS,
+        run,
         help="List the models fitwhisper knows, and which are available offline.",
         description="List known Hub models and the offline models, with whether each offline "
         "model's package is installed and whether it is already converted in the cache.",
     )
-    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         }
         for m in KNOWN_MODELS
     ]
-    if args.json:
+    if build_config(ModelsOptions, args).json:
         print(json.dumps({"hub": hub, "offline": offline, "cache": str(cache_dir())}, indent=2))
         return 0
     print("Hub models (need the Hugging Face Hub once; any other Whisper id works too):")

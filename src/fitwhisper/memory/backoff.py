@@ -42,6 +42,7 @@ import torch
 from transformers import Seq2SeqTrainer
 
 from fitwhisper.errors import OutOfMemoryError
+from fitwhisper.memory.predict import MemoryRequest
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class BackoffTrainer(Seq2SeqTrainer):
     """
 
     def __init__(
-        self, *args: Any, memory_request: dict[str, Any] | None = None, **kwargs: Any
+        self, *args: Any, memory_request: MemoryRequest | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
         # Whisper's forward takes **kwargs, so Trainer assumes its loss is already normalised
@@ -253,30 +254,28 @@ class BackoffTrainer(Seq2SeqTrainer):
         return OutOfMemoryError(message, hint=hint)
 
 
-def plan_command(request: dict[str, Any]) -> str:
-    """The `fitwhisper plan` command for `request` (MemoryRequest fields) at batch 1."""
-    flags = [f"--model {request.get('model', '?')}", "--per_device_train_batch_size 1"]
-    precision = request.get("precision", "fp32")
-    if precision != "fp32":
-        flags.append(f"--{precision}")
+def plan_command(request: MemoryRequest) -> str:
+    """The `fitwhisper plan` command for `request` at batch 1."""
+    flags = [f"--model {request.model}", "--per_device_train_batch_size 1"]
+    if request.precision != "fp32":
+        flags.append(f"--{request.precision}")
     for name in ("gradient_checkpointing", "freeze_encoder", "use_lora", "use_8bit", "use_4bit"):
-        if request.get(name):
+        if getattr(request, name):
             flags.append(f"--{name}")
-    if "max_audio_len" in request:
-        flags.append(f"--max_audio_len {request['max_audio_len']:g}")
+    flags.append(f"--max_audio_len {request.max_audio_len:g}")
     return "fitwhisper plan " + " ".join(flags)
 
 
 # --- batches ------------------------------------------------------------------------------
 
 
-def _predicted_total(request: dict[str, Any]) -> int | None:
+def _predicted_total(request: MemoryRequest) -> int | None:
     """predict_memory's total at batch 1 for this run, or None when it cannot say."""
     from fitwhisper.memory.predict import predict_memory
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        return predict_memory(**request, per_device_train_batch_size=1, device=device).total_bytes
+        return predict_memory(request, per_device_train_batch_size=1, device=device).total_bytes
     except Exception as e:  # the message must not fail on an option the predictor lacks
         log.debug("no prediction for the out-of-memory message: %s", e)
         return None

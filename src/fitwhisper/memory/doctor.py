@@ -34,6 +34,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from fitwhisper.method import METHOD_LABELS, method_flags
+from fitwhisper.method import METHODS as ALL_METHODS
+
 log = logging.getLogger(__name__)
 
 GIB = 2**30
@@ -48,13 +51,8 @@ MODELS: tuple[str, ...] = (
     "openai/whisper-large-v3-turbo",
     "MediaTek-Research/Breeze-ASR-25",
 )
-# method name -> MemoryRequest fields
-METHODS: dict[str, dict[str, bool]] = {
-    "full": {},
-    "LoRA": {"use_lora": True},
-    "8-bit+LoRA": {"use_8bit": True, "use_lora": True},
-    "4-bit+LoRA": {"use_4bit": True, "use_lora": True},
-}
+# method label -> the MemoryRequest fields that select it
+METHODS: dict[str, dict[str, bool]] = {METHOD_LABELS[m]: method_flags(m) for m in ALL_METHODS}
 # Settings every verdict assumes: the least memory short of a smaller model or method.
 VERDICT_SETTINGS: dict[str, Any] = {
     "per_device_train_batch_size": 1,

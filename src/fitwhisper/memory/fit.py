@@ -105,12 +105,12 @@ def auto_fit(
         ConfigError: no CUDA GPU, or nothing fits.
     """
     from fitwhisper.memory.predict import MemoryRequest
-    from fitwhisper.memory.search import METHODS, detected_gpu_memory, parse_memory, search
-    from fitwhisper.precision import choose_precision, hardware
+    from fitwhisper.memory.search import detected_gpu_memory, parse_memory, search
+    from fitwhisper.method import METHODS
+    from fitwhisper.precision import hardware, run_precision
 
-    hw = hardware()
     total = detected_gpu_memory()
-    if not hw["cuda"] or total is None:
+    if not hardware()["cuda"] or total is None:
         raise ConfigError(
             "--auto_fit plans GPU memory, and no CUDA GPU is visible",
             hint="on a CPU, train without --auto_fit; to plan for another machine's GPU, run "
@@ -122,17 +122,13 @@ def auto_fit(
     named = [m for k, m in chosen.items() if getattr(model_cfg, k) and k in explicit]
     methods = tuple(named[:1]) or METHODS
     effective = train_cfg.per_device_train_batch_size * train_cfg.gradient_accumulation_steps
-    base = MemoryRequest(
-        model=model_cfg.model,
-        precision=choose_precision(train_cfg.fp16, train_cfg.bf16, **hw),
-        optim=train_cfg.optim,
-        freeze_encoder=model_cfg.freeze_encoder,
-        lora_r=model_cfg.lora_r,
-        lora_target_modules=tuple(model_cfg.lora_target_modules),
-        lora_dropout=model_cfg.lora_dropout,
-        max_audio_len=data_cfg.max_audio_len,
-        max_label_tokens=data_cfg.max_label_tokens,
-    )
+    # The method, batch and checkpointing are what the search chooses; the rest is the run's.
+    base = MemoryRequest.from_configs(
+        model_cfg, data_cfg, train_cfg,
+        precision=run_precision(train_cfg.fp16, train_cfg.bf16),
+        use_lora=False, use_8bit=False, use_4bit=False, gradient_checkpointing=False,
+        per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
+    )  # fmt: skip
     plan = search(
         base,
         budget,

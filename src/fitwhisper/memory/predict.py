@@ -81,13 +81,34 @@ class MemoryRequest:
 
     @property
     def method(self) -> str:
-        if self.use_4bit:
-            return "4-bit base + LoRA"
-        if self.use_8bit:
-            return "8-bit base + LoRA"
-        if self.use_lora:
-            return "LoRA"
-        return "full, encoder frozen" if self.freeze_encoder else "full"
+        from fitwhisper.method import METHOD_NAMES, method_of
+
+        name = METHOD_NAMES[method_of(self)]
+        return "full, encoder frozen" if name == "full" and self.freeze_encoder else name
+
+    @classmethod
+    def from_configs(cls, model_cfg, data_cfg, train_cfg, *, precision: Precision, **fields):
+        """A `train` run (ModelConfig, DataConfig, TrainConfig, and the precision it
+        resolved) as a request; `fields` override. The one translation from options to
+        memory: `train`'s OOM message and `--auto_fit` both use it."""
+        values = dict(
+            model=model_cfg.model,
+            per_device_train_batch_size=train_cfg.per_device_train_batch_size,
+            precision=precision,
+            optim=train_cfg.optim,
+            gradient_checkpointing=train_cfg.gradient_checkpointing,
+            freeze_encoder=model_cfg.freeze_encoder,
+            use_lora=model_cfg.use_lora,
+            lora_r=model_cfg.lora_r,
+            lora_target_modules=tuple(model_cfg.lora_target_modules),
+            lora_dropout=model_cfg.lora_dropout,
+            use_8bit=model_cfg.use_8bit,
+            use_4bit=model_cfg.use_4bit,
+            max_audio_len=data_cfg.max_audio_len,
+            max_label_tokens=data_cfg.max_label_tokens,
+            attn_implementation=train_cfg.attn_implementation,
+        )
+        return cls(**{**values, **fields})
 
 
 @dataclass(frozen=True)

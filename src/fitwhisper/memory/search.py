@@ -28,9 +28,10 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fitwhisper.errors import ConfigError
+from fitwhisper.memory.options import DEFAULT_EFFECTIVE_BATCH, DEFAULT_MARGIN
 from fitwhisper.memory.predict import (
     ALLOCATOR_SLACK,
     GIB,
@@ -38,14 +39,9 @@ from fitwhisper.memory.predict import (
     MemoryRequest,
     predict_memory,
 )
+from fitwhisper.method import METHOD_NAMES, Method, method_of
 
-Method = Literal["full", "lora", "8bit", "4bit"]
-METHODS: tuple[Method, ...] = ("full", "lora", "8bit", "4bit")  # heaviest first
-METHOD_NAMES = {"full": "full", "lora": "LoRA", "8bit": "8-bit base + LoRA",
-                "4bit": "4-bit base + LoRA"}  # fmt: skip
 OPTIMIZERS = ("adamw_torch", "adamw_8bit", "adafactor")  # preferred first
-DEFAULT_MARGIN = 0.10  # of the budget, kept free for what the prediction leaves out
-DEFAULT_EFFECTIVE_BATCH = 16  # the seeds keep the effective batch in 8-32
 # The speed proxy (see the module docstring); relative time per clip.
 STEP_OVERHEAD = 0.5  # fixed cost of one forward-backward pass, in clips of compute
 CHECKPOINT_COST = 4 / 3  # one more forward pass per step
@@ -229,12 +225,6 @@ def detected_gpu_memory() -> int | None:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
-def method_of_request(req: MemoryRequest) -> Method:
-    return (
-        "4bit" if req.use_4bit else "8bit" if req.use_8bit else "lora" if req.use_lora else "full"
-    )
-
-
 def search(
     base: MemoryRequest,
     budget_bytes: int,
@@ -263,7 +253,7 @@ def search(
         )
     if not 0 <= margin < 1:
         raise ConfigError(f"--margin must be in [0, 1) (got {margin})", hint="e.g. --margin 0.1")
-    methods = methods or (method_of_request(base),)
+    methods = methods or (method_of(base),)
     optimizers = optimizers or (base.optim, *(o for o in OPTIMIZERS if o != base.optim))
     usable = int(budget_bytes * (1 - margin))
     # Powers of two that divide the effective batch, so accumulation is a whole number (M4).

@@ -1,7 +1,7 @@
 """Training methods: full fine-tuning, LoRA, and LoRA on an 8-bit or a 4-bit (QLoRA) base.
 
-`fitwhisper train` picks the method from its flags (the run's precision, resolved once by
-`train`, decides the 4-bit layers' compute dtype):
+`fitwhisper train` picks the method (`fitwhisper.method`) from its flags; the run's
+precision, resolved once by `train`, decides the 4-bit layers' compute dtype:
 
     (none)               full fine-tuning; --freeze_encoder trains the decoder only
     --use_lora           LoRA adapters (PEFT) on a frozen base; the run saves the adapter
@@ -21,27 +21,17 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fitwhisper.config import WHISPER_LINEAR_MODULES, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.method import is_quantised, method_of
 from fitwhisper.precision import Precision
 
 log = logging.getLogger(__name__)
 
-Method = Literal["full", "lora", "lora_8bit", "lora_4bit"]
-
 GPU_EXTRA_HINT = "pip install 'fitwhisper[gpu]' (bitsandbytes) on a machine with a CUDA GPU"
 LORA_LOW_LR = 5e-5  # below this a LoRA run barely moves in a typical number of steps
-
-
-def method_of(model_cfg: ModelConfig) -> Method:
-    """Which method the options select; 8-bit and 4-bit always train LoRA adapters."""
-    if model_cfg.use_4bit:
-        return "lora_4bit"
-    if model_cfg.use_8bit:
-        return "lora_8bit"
-    return "lora" if model_cfg.use_lora else "full"
 
 
 def problems(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: Precision) -> list[str]:
@@ -164,7 +154,7 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
 
     from peft import get_peft_model, prepare_model_for_kbit_training
 
-    if method in ("lora_8bit", "lora_4bit"):
+    if is_quantised(method):
         # Freezes the base and upcasts its non-quantised parts (norms, conv) to fp32.
         # Checkpointing stays with Trainer (--gradient_checkpointing): transformers 5
         # checkpoints without reentrancy, so no input-grad hook on the encoder's conv is

@@ -152,8 +152,8 @@ def _apply_plan(
 def _apply_method(model_cfg: ModelConfig) -> ModelConfig:
     """The model preset (Breeze-ASR-25: zh, Traditional output), and LoRA switched on for a
     quantised base, which cannot be trained directly; the run record says what ran."""
+    from fitwhisper.method import method_of
     from fitwhisper.models.presets import apply_model_preset
-    from fitwhisper.train.methods import method_of
 
     model_cfg = apply_model_preset(model_cfg)
     if method_of(model_cfg) != "full" and not model_cfg.use_lora:

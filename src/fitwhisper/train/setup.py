@@ -94,6 +94,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
+    from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.train import trainer as parts
 
@@ -119,7 +120,10 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
         # and loads as a model anywhere.
         processing_class=processor,
         compute_metrics=compute_metrics,
-        memory_request=parts.memory_request(model_cfg, data_cfg, train_cfg, precision),
+        # For the message when not even one clip fits: what `fitwhisper plan` would say.
+        memory_request=MemoryRequest.from_configs(
+            model_cfg, data_cfg, train_cfg, precision=precision
+        ),
         callbacks=[
             marker,  # first: it marks a checkpoint complete (resume.py)
             MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds

@@ -11,7 +11,7 @@ import logging
 import math
 from pathlib import Path
 
-from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.config import ModelConfig, TrainConfig
 from fitwhisper.precision import Precision
 from fitwhisper.train.validation import reports_to
 
@@ -76,26 +76,6 @@ def trainer_class(cfg: TrainConfig):
         group_by_length = cfg.group_by_duration
 
     return Trainer
-
-
-def memory_request(
-    model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig, precision: Precision
-) -> dict:
-    """This run as `predict_memory` fields, for the message when not even one clip fits."""
-    request = {
-        "model": model_cfg.model,
-        "precision": precision,
-        "gradient_checkpointing": cfg.gradient_checkpointing,
-        "freeze_encoder": model_cfg.freeze_encoder,
-        "use_lora": model_cfg.use_lora,
-        "lora_r": model_cfg.lora_r,
-        "use_8bit": model_cfg.use_8bit,
-        "use_4bit": model_cfg.use_4bit,
-        "max_audio_len": data_cfg.max_audio_len,
-    }
-    if cfg.optim in ("adamw_torch", "adamw_torch_fused", "adafactor"):
-        request["optim"] = cfg.optim
-    return request
 
 
 def best_metric(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:

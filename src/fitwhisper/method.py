@@ -1,0 +1,52 @@
+"""The training methods by name: one vocabulary for `train`, `plan` and the presets.
+
+    full   the whole model trains (`--freeze_encoder`: the decoder only)
+    lora   LoRA adapters (PEFT) on a frozen base
+    8bit   the base loaded in 8 bits (bitsandbytes LLM.int8()), LoRA on top
+    4bit   the base loaded in 4-bit NF4 (QLoRA), LoRA on top
+
+The flags that select them are `--use_lora`, `--use_8bit` and `--use_4bit`; `plan
+--allow_methods` takes the names. How each one loads and trains is `train/methods.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+Method = Literal["full", "lora", "8bit", "4bit"]
+METHODS: tuple[Method, ...] = ("full", "lora", "8bit", "4bit")  # heaviest first
+METHOD_NAMES: dict[Method, str] = {"full": "full", "lora": "LoRA", "8bit": "8-bit base + LoRA",
+                                   "4bit": "4-bit base + LoRA"}  # fmt: skip
+# Short labels for table columns (`fitwhisper doctor`, the presets).
+METHOD_LABELS: dict[Method, str] = {"full": "full", "lora": "LoRA", "8bit": "8-bit+LoRA",
+                                    "4bit": "4-bit+LoRA"}  # fmt: skip
+
+
+class _MethodFlags(Protocol):
+    use_lora: bool
+    use_8bit: bool
+    use_4bit: bool
+
+
+def method_of(options: _MethodFlags) -> Method:
+    """The method the flags select (a ModelConfig, a MemoryRequest, plan's options); 8-bit
+    and 4-bit always train LoRA adapters, so they win over --use_lora."""
+    if options.use_4bit:
+        return "4bit"
+    if options.use_8bit:
+        return "8bit"
+    return "lora" if options.use_lora else "full"
+
+
+def method_flags(method: Method) -> dict[str, bool]:
+    """The flags that select `method`, those that are on (full: none)."""
+    return {
+        "full": {},
+        "lora": {"use_lora": True},
+        "8bit": {"use_8bit": True, "use_lora": True},
+        "4bit": {"use_4bit": True, "use_lora": True},
+    }[method]
+
+
+def is_quantised(method: Method) -> bool:
+    return method in ("8bit", "4bit")
