@@ -1,4 +1,4 @@
-"""OOM back-off (SPEC M4, M5; issue 4 acceptance 3): an out-of-memory error injected at a
+"""OOM back-off: an out-of-memory error injected at a
 chosen step makes training go on with half the batch and twice the accumulation, the same
 effective batch, the same steps and samples, and the same result."""
 

@@ -1,4 +1,4 @@
-"""`fitwhisper doctor` (SPEC M1): the report's structure on this machine, and the GPU
+"""`fitwhisper doctor`: the report's structure on this machine, and the GPU
 verdicts computed from injected facts, so GPU cases are checked without a GPU."""
 
 from __future__ import annotations

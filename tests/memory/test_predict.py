@@ -192,7 +192,7 @@ def test_layer_expansion_matches_tracing_every_layer(config_dir_factory, layers,
     assert fast.activation_bytes == pytest.approx(every.activation_bytes, rel=1e-3)
 
 
-# --- published anchors (issue 4, acceptance 2) ------------------------------------------------
+# --- published anchors -------------------------------------------------------------------
 
 T4_BYTES = 15 * GIB  # a "16 GB" T4 offers 15360 MiB
 

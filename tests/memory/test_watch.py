@@ -1,4 +1,4 @@
-"""Memory watch (SPEC M6): a short CPU run's TensorBoard events and log history hold the
+"""Memory watch: a short CPU run's TensorBoard events and log history hold the
 memory figures of every logging step."""
 
 from __future__ import annotations

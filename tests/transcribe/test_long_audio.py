@@ -1,5 +1,5 @@
-"""Real speech, real weights: a 5-minute file with silence and noise inside it (issue 5,
-acceptance 1 and the hallucination guard), and an export re-scored (acceptance 3)."""
+"""Real speech, real weights: a 5-minute file with silence and noise inside it (timestamps
+and the hallucination guard), and an export re-scored."""
 
 from __future__ import annotations
 

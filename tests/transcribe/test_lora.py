@@ -1,5 +1,5 @@
 """A LoRA adapter folder transcribes unmerged (base + PeftModel) with the text of its merged
-model (issue 5, acceptance 2)."""
+model."""
 
 from __future__ import annotations
 

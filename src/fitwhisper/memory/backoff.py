@@ -1,4 +1,4 @@
-"""Survive a CUDA out-of-memory error in training and evaluation (SPEC M4, M5).
+"""Survive a CUDA out-of-memory error in training and evaluation.
 
 `fitwhisper train` and `fitwhisper evaluate` use `BackoffTrainer` in place of
 `Seq2SeqTrainer`. When a training step runs out of memory it releases memory, halves the

@@ -1,4 +1,4 @@
-"""What this machine can train (SPEC M1): `fitwhisper doctor [--json]`.
+"""What this machine can train: `fitwhisper doctor [--json]`.
 
 It reports the devices with their total and free memory, the processes already holding GPU
 memory (from nvidia-smi or pynvml, when either is there), library versions, precision and

@@ -1,4 +1,4 @@
-"""Predict the peak device memory of one Whisper training step, broken down (SPEC M2).
+"""Predict the peak device memory of one Whisper training step, broken down.
 
     fitwhisper plan --model openai/whisper-large-v3 --per_device_train_batch_size 2 \
         --fp16 --gradient_checkpointing

@@ -1,4 +1,4 @@
-"""Choose the fastest training settings that fit a GPU's memory (SPEC M3, M4).
+"""Choose the fastest training settings that fit a GPU's memory.
 
     fitwhisper plan --gpu-memory 8GB --model openai/whisper-large-v2
 
@@ -246,17 +246,11 @@ def search(
     Raises:
         ConfigError: bad arguments, or nothing fits (the message names the smallest plan).
     """
-    if effective_batch_size < 1:
-        raise ConfigError(
-            f"--effective_batch_size must be at least 1 (got {effective_batch_size})",
-            hint="e.g. --effective_batch_size 16",
-        )
-    if not 0 <= margin < 1:
-        raise ConfigError(f"--margin must be in [0, 1) (got {margin})", hint="e.g. --margin 0.1")
+    _check_search_options(effective_batch_size, margin)
     methods = methods or (method_of(base),)
     optimizers = optimizers or (base.optim, *(o for o in OPTIMIZERS if o != base.optim))
     usable = int(budget_bytes * (1 - margin))
-    # Powers of two that divide the effective batch, so accumulation is a whole number (M4).
+    # Powers of two that divide the effective batch, so accumulation is a whole number.
     batches = [b for b in (2**i for i in range(13)) if effective_batch_size % b == 0]
     batches = [b for b in batches if b <= effective_batch_size]
     tried: dict[tuple, Candidate] = {}
@@ -302,14 +296,7 @@ def search(
         if best:
             break
     if best is None:
-        smallest = min(tried.values(), key=lambda c: c.predicted_bytes)
-        raise ConfigError(
-            f"nothing fits {_gib(budget_bytes)} ({_gib(usable)} after the {margin:.0%} "
-            f"margin) for {base.model}: the smallest plan tried, {smallest.describe()}, "
-            f"needs {_gib(smallest.predicted_bytes)}",
-            hint="use a GPU with more memory, allow lighter methods (--allow_methods "
-            "full,lora,8bit,4bit), lower --max_label_tokens, or plan a smaller model",
-        )
+        raise _nothing_fits(base, budget_bytes, usable, margin, tried.values())
     rejected = tuple(
         replace(c, reason=_reason(c, best, usable))
         for c in sorted(tried.values(), key=lambda c: (not c.fits, c.relative_time))
@@ -328,6 +315,29 @@ def search(
         prediction=prediction,
         rejected=rejected,
         notes=tuple(notes),
+    )
+
+
+def _check_search_options(effective_batch_size: int, margin: float) -> None:
+    if effective_batch_size < 1:
+        raise ConfigError(
+            f"--effective_batch_size must be at least 1 (got {effective_batch_size})",
+            hint="e.g. --effective_batch_size 16",
+        )
+    if not 0 <= margin < 1:
+        raise ConfigError(f"--margin must be in [0, 1) (got {margin})", hint="e.g. --margin 0.1")
+
+
+def _nothing_fits(base: MemoryRequest, budget_bytes: int, usable: int, margin: float,
+                  tried) -> ConfigError:  # fmt: skip
+    """The error that names the smallest setting tried and what it needs."""
+    smallest = min(tried, key=lambda c: c.predicted_bytes)
+    return ConfigError(
+        f"nothing fits {_gib(budget_bytes)} ({_gib(usable)} after the {margin:.0%} "
+        f"margin) for {base.model}: the smallest plan tried, {smallest.describe()}, "
+        f"needs {_gib(smallest.predicted_bytes)}",
+        hint="use a GPU with more memory, allow lighter methods (--allow_methods "
+        "full,lora,8bit,4bit), lower --max_label_tokens, or plan a smaller model",
     )
 
 

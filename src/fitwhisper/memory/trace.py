@@ -232,27 +232,9 @@ def expand_peaks(
             return full
         return TRACE_LAYERS - 1 if full == layer_counts[stack] - 1 else 1
 
-    def is_middle(label: Label) -> bool:
-        _, stack, idx, _ = label
-        return stack is not None and expanded[stack] and idx == 1
-
     # The full model's segments in time order: (trace segment, full layer index or None).
-    order: list[tuple[int, int | None]] = []
+    order = _full_model_order(trace.segments, expanded, layer_counts, full_index)
     segs = trace.segments
-    i = 0
-    while i < len(segs):
-        phase, stack, idx, _ = segs[i]
-        if is_middle(segs[i]):
-            j = i
-            while j < len(segs) and is_middle(segs[j]) and segs[j][:2] == (phase, stack):
-                j += 1
-            n = layer_counts[stack]
-            copies = range(1, n - 1) if phase == "fwd" else range(n - 2, 0, -1)
-            order.extend((k, c) for c in copies for k in range(i, j))
-            i = j
-            continue
-        order.append((i, None if stack is None else full_index(stack, idx, None)))
-        i += 1
 
     live_keys: dict[tuple[int, int | None], int] = {}
     live = persistent_bytes
@@ -296,6 +278,34 @@ def expand_peaks(
     if opt_start is not None and opt_start + opt_extra > peak:
         peak, peak_phase = opt_start + opt_extra, "optimizer step"
     return Peaks(peak, peak_phase, act_peak, opt_extra)
+
+
+def _full_model_order(segs, expanded: dict[str, bool], layer_counts: dict[str, int],
+                      full_index) -> list[tuple[int, int | None]]:  # fmt: skip
+    """The full model's segments in time order, as (trace segment, full layer index or
+    None): each traced middle layer stands for every middle layer of its stack, forward in
+    order and backward in reverse."""
+
+    def is_middle(label: Label) -> bool:
+        _, stack, idx, _ = label
+        return stack is not None and expanded[stack] and idx == 1
+
+    order: list[tuple[int, int | None]] = []
+    i = 0
+    while i < len(segs):
+        phase, stack, idx, _ = segs[i]
+        if is_middle(segs[i]):
+            j = i
+            while j < len(segs) and is_middle(segs[j]) and segs[j][:2] == (phase, stack):
+                j += 1
+            n = layer_counts[stack]
+            copies = range(1, n - 1) if phase == "fwd" else range(n - 2, 0, -1)
+            order.extend((k, c) for c in copies for k in range(i, j))
+            i = j
+            continue
+        order.append((i, None if stack is None else full_index(stack, idx, None)))
+        i += 1
+    return order
 
 
 def _keys(sign, a, label, full, trace, matcher, expanded, layer_counts, full_index,

@@ -1,4 +1,4 @@
-"""Memory watched while training (SPEC M6): a TrainerCallback that adds memory figures to
+"""Memory watched while training: a TrainerCallback that adds memory figures to
 every training log, so they reach the console log, TensorBoard (RUN/logs, under train/)
 and RUN/trainer_state.json.
 

@@ -1,4 +1,4 @@
-"""Transcription (I1-I4): files of any length, two engines, five output formats.
+"""Transcription: files of any length, two engines, five output formats.
 
     fitwhisper transcribe --model MODEL AUDIO... [--output_dir DIR --output_format srt]
 
