@@ -89,7 +89,9 @@ class TrimmedCollator:
         return batch
 
 
-def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *, language):
+def training_data(
+    dataset, durations_s: Sequence[float], model, collator, cfg, *, language, precision="fp32"
+):
     """The training dataset and collator as the speed options ask (`TrainConfig` fields
     pack_clips, cache_encoder_outputs, group_by_duration, short_encoder_input).
 
@@ -99,6 +101,8 @@ def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *
         model: the model to train; patched for short input when asked, its encoder run
             over every item first with --cache_encoder_outputs (data/encoder_cache.py).
         collator: the per-clip `WhisperCollator`.
+        precision: the run's precision, as `train` resolved it (the encoder cache is
+            computed in it).
 
     Returns:
         (dataset, collator) for Trainer.
@@ -126,7 +130,7 @@ def training_data(dataset, durations_s: Sequence[float], model, collator, cfg, *
     if cfg.cache_encoder_outputs:
         from fitwhisper.data.encoder_cache import cached_encoder_data
 
-        dataset, collator = cached_encoder_data(dataset, model, collator, cfg)
+        dataset, collator = cached_encoder_data(dataset, model, collator, cfg, precision)
     if cfg.short_encoder_input:
         from fitwhisper.models.short_window import allow_short_input
 

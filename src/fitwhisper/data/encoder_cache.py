@@ -45,7 +45,9 @@ CACHE_DTYPE = np.float16  # on disk; cast to the model's dtype per batch
 _FORMAT = 1  # bump when the files' layout changes: older caches are then rebuilt
 
 
-def cached_encoder_data(dataset: Dataset, model, collator, cfg) -> tuple[Dataset, Any]:
+def cached_encoder_data(
+    dataset: Dataset, model, collator, cfg, precision: str = "fp32"
+) -> tuple[Dataset, Any]:
     """The training dataset and collator with the encoder's outputs computed once.
 
     Args:
@@ -54,7 +56,8 @@ def cached_encoder_data(dataset: Dataset, model, collator, cfg) -> tuple[Dataset
         model: the model to train (a PeftModel with decoder adapters is fine); its encoder
             must be frozen.
         collator: the per-clip `WhisperCollator`; it keeps making the labels.
-        cfg: the `TrainConfig` (output_dir, batch size, precision, workers).
+        cfg: the `TrainConfig` (output_dir, batch size, workers).
+        precision: the run's precision (fp32, fp16, bf16), as `train` resolved it.
 
     Returns:
         (EncoderCacheDataset, EncoderCacheCollator).
@@ -84,7 +87,7 @@ def cached_encoder_data(dataset: Dataset, model, collator, cfg) -> tuple[Dataset
         "frames": int(model.config.max_source_positions),
         "d_model": int(model.config.d_model),
         "dtype": np.dtype(CACHE_DTYPE).name,
-        "compute": _autocast_name(cfg, param.device),
+        "compute": _autocast_name(precision, param.device),
     }
     cache = EncoderCache(folder)
     if cache.matches(key):
@@ -334,13 +337,10 @@ def _as_list(items: list) -> list:
     return items
 
 
-def _autocast_name(cfg, device: torch.device) -> str:
+def _autocast_name(precision: str, device: torch.device) -> str:
     """The dtype Trainer's mixed precision gives the encoder: bfloat16, float16 or none."""
-    from fitwhisper.precision import choose_precision, hardware
-
     if device.type == "cpu":
         return "none"
-    precision = choose_precision(cfg.fp16, cfg.bf16, **hardware())
     return {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "none")
 
 

@@ -87,7 +87,9 @@ def train(
     model = setup.prepare(model, model_cfg, train_cfg)
 
     # 4. Datasets decode audio and make features as batches are drawn; Trainer.
-    data = setup.datasets(run_rows, processor, model, model_cfg, data_cfg, train_cfg, language)
+    data = setup.datasets(
+        run_rows, processor, model, model_cfg, data_cfg, train_cfg, language, precision
+    )
     record.write_run_record(
         out, model_cfg, data_cfg, train_cfg, language, manifests=manifests,
         resumed_from=resume_from,

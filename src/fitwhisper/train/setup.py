@@ -69,7 +69,8 @@ def prepare(loaded, model_cfg: ModelConfig, train_cfg: TrainConfig):
 
 
 def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConfig,
-             train_cfg: TrainConfig, language: str | None) -> RunData:  # fmt: skip
+             train_cfg: TrainConfig, language: str | None,
+             precision: Precision) -> RunData:  # fmt: skip
     """Datasets that decode audio and make features as batches are drawn; packed windows,
     cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
     from fitwhisper.codeswitch import dataset_language
@@ -83,8 +84,9 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
         eval_ds = SpeechDataset(rows.eval, processor, language=ds_language, task=model_cfg.task)
     collator = WhisperCollator(processor, loaded.config.decoder_start_token_id)
     train_ds, train_collator = training_data(
-        train_ds, rows.durations, loaded, collator, train_cfg, language=language
-    )
+        train_ds, rows.durations, loaded, collator, train_cfg, language=language,
+        precision=precision,
+    )  # fmt: skip
     return RunData(train_ds, eval_ds, collator, train_collator, list(rows.eval), language)
 
 
