@@ -191,4 +191,53 @@ def test_cli_caps_the_bad_row_list(tmp_path, capsys):
 
 
 def test_every_problem_kind_is_described():
-    assert set(EXPECTED.values()) | {"label_too_long", "unknown_language"} == set(PROBLEMS)
+    more = {"label_too_long", "unknown_language", "nonfinite_audio", "clipped_audio"}
+    assert set(EXPECTED.values()) | more == set(PROBLEMS)
+
+
+@pytest.fixture
+def sample_problem_manifest(tmp_path, audio):
+    """Rows: a good clip, a float WAV with 3 NaN and 1 Inf samples, a clip with 5% of its
+    samples at full scale, and one with 0.5% (under the 1% rule)."""
+    good = audio.tone(16000, 1.0, seed=0)
+    nan = audio.tone(16000, 1.0, seed=1, freq=500.0)
+    nan[[10, 500, 900]] = np.nan
+    nan[1000] = np.inf
+    clipped = audio.tone(16000, 1.0, seed=2, freq=600.0)
+    clipped[::20] = 1.0  # 5%
+    touching = audio.tone(16000, 1.0, seed=3, freq=700.0)
+    touching[::200] = -1.0  # 0.5%
+    for name, x in (("good", good), ("nan", nan), ("clipped", clipped), ("touch", touching)):
+        sf.write(tmp_path / f"{name}.wav", x, 16000, subtype="FLOAT")
+    lines = [{"audio_path": f"{n}.wav", "text": n} for n in ("good", "nan", "clipped", "touch")]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+def test_nonfinite_samples_are_unfit_and_clipping_is_a_warning(sample_problem_manifest):
+    report = check_manifest(load_manifest(sample_problem_manifest), DataConfig(), progress=False)
+
+    found = {r.row.line: [p.kind for p in r.problems] for r in report.rows}
+    assert found == {1: [], 2: ["nonfinite_audio"], 3: ["clipped_audio"], 4: []}
+    assert report.rows[1].problems[0].detail == "4 NaN or Inf samples"
+    assert report.rows[2].problems[0].detail.startswith("5.0% of samples at full scale")
+    # Clipping warns; the row stays fit for training. The NaN row does not.
+    assert [r.row.line for r in report.rows if r.ok] == [1, 3, 4]
+    assert report.counts() == {"nonfinite_audio": 1, "clipped_audio": 1}
+    assert report.counts(warnings=False) == {"nonfinite_audio": 1}
+    with pytest.raises(DataError) as e:
+        apply_bad_row_policy(report, DataConfig())
+    assert e.value.message.startswith("1 of 4 rows")
+    assert "m.jsonl:2: nonfinite_audio (4 NaN or Inf samples)" in e.value.message
+    assert "clipped" not in e.value.message
+
+
+def test_cli_flags_nan_audio_and_lists_clipping_as_a_warning(sample_problem_manifest, capsys):
+    assert main(["check-data", str(sample_problem_manifest)]) == 1
+
+    out = capsys.readouterr().out
+    assert "m.jsonl:2  nonfinite_audio  4 NaN or Inf samples" in out
+    assert "m.jsonl:3  clipped_audio  5.0% of samples at full scale" in out
+    assert "(warning)" in out
+    assert "rows fit for training        3  of 4" in out

@@ -27,6 +27,11 @@ from fitwhisper.errors import ConfigError, DataError
 log = logging.getLogger(__name__)
 
 SILENCE_PEAK = 1e-4  # peak |sample| below this (-80 dBFS) counts as a silent clip
+# A clip is clipped when more than CLIPPED_SHARE of its samples sit at full scale
+# (|x| >= CLIPPED_LEVEL; int16's 32767 is 0.99997). Speech peaks touch full scale now and
+# then; one sample in a hundred there is distortion a listener hears.
+CLIPPED_LEVEL = 0.999
+CLIPPED_SHARE = 0.01
 _DECODE_THREADS = 2  # libsndfile, FFmpeg and soxr release the GIL while they work
 _CHUNK_ROWS = 64  # rows in flight at once: bounds memory however long the manifest
 
@@ -39,6 +44,9 @@ PROBLEMS: dict[str, str] = {
     "undecodable_audio": "audio that neither soundfile nor FFmpeg can decode",
     "empty_audio": "audio with no samples",
     "silent_audio": f"audio whose peak is below {SILENCE_PEAK:g} (-80 dBFS)",
+    "nonfinite_audio": "audio with NaN or Inf samples (one such clip makes training diverge)",
+    "clipped_audio": f"over {CLIPPED_SHARE:.0%} of samples at full scale "
+    f"(|x| >= {CLIPPED_LEVEL:g}); a warning, the row is still used",
     "too_short": "clip shorter than --min_audio_len",
     "too_long": "clip longer than --max_audio_len",
     "empty_text": "empty transcript",
@@ -47,6 +55,8 @@ PROBLEMS: dict[str, str] = {
     "duplicate_audio": "same audio as an earlier row, different transcript",
     "duplicate_pair": "same audio and transcript as an earlier row",
 }
+# Problems worth knowing that leave a row fit for training: counted and listed, never skipped.
+WARNINGS = frozenset({"clipped_audio"})
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,8 @@ class RowResult:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        """Fit for training: no problem but warnings."""
+        return all(p.kind in WARNINGS for p in self.problems)
 
 
 @dataclass
@@ -86,10 +97,11 @@ class CheckReport:
         """Fit for training: at least one row, and no row with a problem."""
         return bool(self.rows) and all(r.ok for r in self.rows)
 
-    def counts(self) -> dict[str, int]:
-        """Problem kind -> number of rows that have it (a row may have several)."""
+    def counts(self, *, warnings: bool = True) -> dict[str, int]:
+        """Problem kind -> number of rows that have it (a row may have several); without
+        `warnings`, only the kinds that make a row unfit."""
         c = Counter(p.kind for r in self.rows for p in r.problems)
-        return {k: c[k] for k in PROBLEMS if c[k]}
+        return {k: c[k] for k in PROBLEMS if c[k] and (warnings or k not in WARNINGS)}
 
     def usable_rows(self) -> list[Row]:
         return [r.row for r in self.rows if r.ok]
@@ -144,8 +156,13 @@ class CheckReport:
         return "\n".join(lines)
 
     def format_bad_rows(self, limit: int | None = 50, report_path: str | Path | None = None) -> str:
-        """One line per problem of the bad rows: `file:line  problem  detail`."""
-        lines = [f"{r.where}  {p.kind}  {p.detail}" for r in self.bad_rows() for p in r.problems]
+        """One line per problem of the rows that have any (warnings marked so):
+        `file:line  problem  detail`."""
+        lines = [
+            f"{r.where}  {p.kind}  {p.detail}" + (" (warning)" if p.kind in WARNINGS else "")
+            for r in self.rows
+            for p in r.problems
+        ]
         if limit is not None and len(lines) > limit:
             more = len(lines) - limit
             see = f", see {report_path}" if report_path else ", see --report FILE"
@@ -209,9 +226,10 @@ def apply_bad_row_policy(
     see = f"; every row is listed in {report_path}" if report_path else ""
     if not bad:
         return report.usable_rows()
-    summary = ", ".join(f"{n:,} {kind}" for kind, n in report.counts().items())
+    summary = ", ".join(f"{n:,} {kind}" for kind, n in report.counts(warnings=False).items())
     if data_cfg.bad_rows == "error":
-        shown = [f"  {r.where}: {r.problems[0].kind} ({r.problems[0].detail})" for r in bad[:5]]
+        firsts = [(r, next(p for p in r.problems if p.kind not in WARNINGS)) for r in bad[:5]]
+        shown = [f"  {r.where}: {p.kind} ({p.detail})" for r, p in firsts]
         if len(bad) > 5:
             shown.append(f"  ... and {len(bad) - 5:,} more")
         raise DataError(
@@ -244,6 +262,8 @@ class _AudioFacts:
     duration_s: float | None = None
     peak: float | None = None
     digest: str | None = None
+    nonfinite: int = 0  # NaN or Inf samples
+    clipped_share: float = 0.0  # share of samples at full scale
 
 
 def _inspect_audio(row: Row) -> _AudioFacts:
@@ -258,11 +278,19 @@ def _inspect_audio(row: Row) -> _AudioFacts:
         return _AudioFacts(Problem("undecodable_audio", e.message))
     except DataError as e:  # a path inside a dataset row that does not exist
         return _AudioFacts(Problem("missing_file", e.message))
+    magnitude = np.abs(samples)
+    finite = np.isfinite(magnitude)
+    nonfinite = int(samples.size - np.count_nonzero(finite))
+    if nonfinite:
+        magnitude = magnitude[finite]  # the peak of the samples that are numbers
     return _AudioFacts(
         sample_rate_hz=info.sample_rate_hz,
         channels=info.channels,
         duration_s=info.duration_s,
-        peak=float(np.abs(samples).max()) if samples.size else 0.0,
+        peak=float(magnitude.max()) if magnitude.size else 0.0,
+        nonfinite=nonfinite,
+        clipped_share=float(np.count_nonzero(magnitude >= CLIPPED_LEVEL)) / samples.size
+        if samples.size else 0.0,
         # Content, not path: the same clip copied or re-encoded losslessly is a duplicate.
         digest=hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest() if samples.size
         else None,
@@ -288,8 +316,13 @@ def _check_row(
         d = audio.duration_s
         if audio.digest is None:
             add(Problem("empty_audio", "0 samples"))
+        elif audio.nonfinite:
+            add(Problem("nonfinite_audio", f"{audio.nonfinite:,} NaN or Inf samples"))
         elif audio.peak is not None and audio.peak < SILENCE_PEAK:
             add(Problem("silent_audio", f"peak {audio.peak:.1e} < {SILENCE_PEAK:g}"))
+        if audio.clipped_share > CLIPPED_SHARE:
+            add(Problem("clipped_audio", f"{audio.clipped_share:.1%} of samples at full scale "
+                        f"(|x| >= {CLIPPED_LEVEL:g}) > {CLIPPED_SHARE:.0%}"))  # fmt: skip
         if audio.digest is not None and d < cfg.min_audio_len:
             add(Problem("too_short", f"{d:.2f} s < --min_audio_len {cfg.min_audio_len:g} s"))
         if d > cfg.max_audio_len:
