@@ -446,6 +446,14 @@ class TrainConfig:
             "epoch. Evaluation still runs the whole model on the audio."
         },
     )
+    on_nonfinite: Literal["stop", "skip"] = field(
+        default="stop",
+        metadata={
+            "help": "What a NaN or Inf loss or gradient does. stop: the run ends at that step "
+            "with an error naming its clips (nothing of it saved; checkpoints stay). skip: "
+            "that step's update is dropped and counted; the count is logged at the end."
+        },
+    )
     attn_implementation: Literal["sdpa", "eager"] = field(
         default="sdpa",
         metadata={

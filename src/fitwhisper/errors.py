@@ -31,5 +31,9 @@ class ModelLoadError(FitWhisperError):
     """A model spec that cannot be resolved or loaded."""
 
 
+class DivergenceError(FitWhisperError):
+    """Training produced a NaN or Inf loss, gradient or weight; nothing of it was saved."""
+
+
 class OutOfMemoryError(FitWhisperError):
     """Device memory ran out and could not be recovered from."""

@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )  # fmt: skip
     )
+    if r.skipped_steps:
+        print(f"{r.skipped_steps} steps skipped: non-finite loss or gradient (--on_nonfinite skip)")
     if r.resumed_from:
         print(f"resumed from {r.resumed_from}")
     if r.best_checkpoint:

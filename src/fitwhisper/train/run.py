@@ -31,6 +31,7 @@ class TrainResult:
     eval_metrics: dict[str, float]
     resumed_from: Path | None = None
     best_checkpoint: Path | None = None
+    skipped_steps: int = 0  # optimizer steps dropped for a non-finite loss or gradient
 
 
 def train(
@@ -52,6 +53,7 @@ def train(
         ConfigError: conflicting options (all listed at once), before anything loads.
         DataError: rows unfit for training when `data_cfg.bad_rows == "error"`.
         ModelLoadError: the model cannot be resolved.
+        DivergenceError: a NaN/Inf loss, gradient or weight, at the step named (guard.py).
     """
     from transformers import set_seed
 
@@ -105,7 +107,8 @@ def train(
         regression.score_before(trainer.model)  # the starting weights: Trainer loads later
 
     # 5. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
-    #    resuming) and save a from_pretrained-ready model with its processor; with
+    #    resuming; the guard checks the weights are finite at the end) and save a
+    #    from_pretrained-ready model with its processor; with
     #    load_best_model_at_end, trainer.model is the best checkpoint's by now.
     result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
@@ -129,6 +132,7 @@ def train(
         eval_metrics=metrics,
         resumed_from=resume_from,
         best_checkpoint=Path(best) if best else None,
+        skipped_steps=trainer.nonfinite_guard.skipped,
     )
 
 

@@ -76,6 +76,7 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     from fitwhisper.codeswitch import dataset_language
     from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
+    from fitwhisper.train.guard import tagged
 
     ds_language = dataset_language(data_cfg.language_token, language)
     train_ds = SpeechDataset(rows.train, processor, language=ds_language, task=model_cfg.task)
@@ -87,6 +88,8 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
         train_ds, rows.durations, loaded, collator, train_cfg, language=language,
         precision=precision,
     )  # fmt: skip
+    # Each batch names its items, so a diverging step can name its clips (guard.py).
+    train_ds, train_collator = tagged(train_ds, train_collator)
     return RunData(train_ds, eval_ds, collator, train_collator, list(rows.eval), language)
 
 
@@ -99,6 +102,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.train import trainer as parts
+    from fitwhisper.train.guard import NonFiniteGuard
 
     has_eval = data.eval_ds is not None
     best = parts.best_metric(model_cfg, train_cfg)
@@ -112,7 +116,8 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     # Steps count what the sampler draws: clips, or packed windows of several clips.
     unit = "packed windows" if train_cfg.pack_clips else "training clips"
     parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit)
-    return parts.trainer_class(train_cfg)(
+    guard = NonFiniteGuard(data.train_ds, train_cfg.on_nonfinite)
+    built = parts.trainer_class(train_cfg)(
         model=loaded,
         args=args,
         data_collator=data.train_collator,
@@ -131,9 +136,12 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
             MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds
             *parts.logging_callbacks(train_cfg, Path(train_cfg.output_dir), resumed_step),
             *parts.early_stopping(train_cfg),
+            guard,  # after DefaultFlowCallback: checks weights when a step saves
             *callbacks,
         ],
     )
+    built.nonfinite_guard = guard
+    return built
 
 
 def _hub(model_cfg: ModelConfig) -> dict:

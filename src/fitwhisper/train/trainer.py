@@ -68,11 +68,13 @@ def training_arguments(
 
 
 def trainer_class(cfg: TrainConfig):
-    """BackoffTrainer, with length-grouped batches when --group_by_duration asks."""
+    """BackoffTrainer, with length-grouped batches when --group_by_duration asks, and the
+    divergence guard's view of each micro-batch (guard.py)."""
     from fitwhisper.data.batching import LengthGroupedTrainerMixin
     from fitwhisper.memory.backoff import BackoffTrainer
+    from fitwhisper.train.guard import GuardMixin
 
-    class Trainer(LengthGroupedTrainerMixin, BackoffTrainer):
+    class Trainer(LengthGroupedTrainerMixin, GuardMixin, BackoffTrainer):
         group_by_length = cfg.group_by_duration
 
     return Trainer

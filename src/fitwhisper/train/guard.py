@@ -1,0 +1,196 @@
+"""The divergence guard: a non-finite loss or gradient stops the run (or skips the update)
+at the step it happens, naming the clips of that step, and no non-finite model is saved.
+
+Trainer on its own hides divergence: its `logging_nan_inf_filter` logs the average of
+earlier losses in place of a NaN one, and the NaN gradients then make every weight NaN,
+which is saved, scored and exported. Here:
+
+- `tagged` wraps the training dataset and collator so each batch carries its items'
+  positions (`ITEMS_KEY`); `GuardMixin.training_step` takes them out before the forward
+  pass and notes the loss of each micro-batch;
+- `NonFiniteGuard.on_pre_optimizer_step` checks that loss and every gradient are finite:
+  `--on_nonfinite stop` raises `DivergenceError` before the optimizer touches the weights
+  (so no checkpoint of this step is written and the last good one stays); `skip` drops the
+  gradients (AdamW leaves parameters without one untouched), counts the step and goes on;
+- `check_weights` refuses non-finite weights before a checkpoint, an evaluation, and at the
+  end of training, before final/ is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+from transformers import TrainerCallback
+
+from fitwhisper.errors import DivergenceError
+
+log = logging.getLogger(__name__)
+
+ITEMS_KEY = "fitwhisper_items"  # batch entry: the dataset positions of the batch's items
+_SHOWN_CLIPS = 8  # clips named in the message; the rest are counted
+
+
+class _Tagged(Dataset):
+    """A dataset whose items also carry their own position (for the collator to gather)."""
+
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @property
+    def lengths(self):  # the length-grouped sampler's durations, when the base has them
+        return getattr(self.base, "lengths", None)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {**self.base[i], ITEMS_KEY: i}
+
+
+class _TaggedCollator:
+    """Collates with the run's collator and adds the items' positions as a tensor (split
+    with the batch on OOM back-off, moved to the device with it)."""
+
+    def __init__(self, collator) -> None:
+        self.collator = collator
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        items = [f.pop(ITEMS_KEY) for f in features if ITEMS_KEY in f]
+        batch = self.collator(features)
+        if len(items) == len(features):  # evaluation items carry no positions
+            batch[ITEMS_KEY] = torch.tensor(items, dtype=torch.long)
+        return batch
+
+
+def tagged(dataset: Dataset, collator) -> tuple[Dataset, _TaggedCollator]:
+    """The training dataset and collator, with each batch's item positions."""
+    return _Tagged(dataset), _TaggedCollator(collator)
+
+
+def clips_of(dataset: Dataset, items: list[int]) -> list[str]:
+    """The clips behind training items: row id (and audio path when the id is not it);
+    a packed window names each of its clips."""
+    base = dataset
+    while not hasattr(base, "rows") and hasattr(base, "base"):
+        base = base.base  # _Tagged, WithDurations, EncoderCacheDataset
+    rows = getattr(base, "rows", None)
+    if rows is None:
+        return [f"item {i}" for i in items]
+    windows = getattr(base, "windows", None)
+    picked = [r for i in items for r in (windows[i].rows if windows is not None else (i,))]
+    out = []
+    for r in picked:
+        row = rows[r]
+        path = row.audio if isinstance(row.audio, Path) else None
+        out.append(f"{row.id} ({path})" if path is not None and str(path) != row.id else row.id)
+    return out
+
+
+class GuardMixin:
+    """Put before BackoffTrainer: notes each micro-batch's items and loss for the guard
+    (`self.nonfinite_guard`, set by the run's setup)."""
+
+    nonfinite_guard: NonFiniteGuard | None = None
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        items = inputs.pop(ITEMS_KEY, None)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.nonfinite_guard is not None:
+            self.nonfinite_guard.note(items, loss)
+        return loss
+
+
+class NonFiniteGuard(TrainerCallback):
+    """Stops or skips an optimizer step whose loss or gradients are not finite (see the
+    module docstring); `skipped` counts the steps skipped."""
+
+    def __init__(self, dataset: Dataset, on_nonfinite: str = "stop") -> None:
+        self.dataset = dataset
+        self.on_nonfinite = on_nonfinite
+        self.skipped = 0
+        self._items: list[int] = []
+        self._losses: list[torch.Tensor] = []
+
+    def note(self, items: torch.Tensor | None, loss: torch.Tensor | None) -> None:
+        if items is not None:
+            self._items += [int(i) for i in items.tolist()]
+        if loss is not None:
+            self._losses.append(loss.detach())
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        items, losses = self._items, self._losses
+        self._items, self._losses = [], []
+        bad_loss = bool(losses) and not bool(torch.isfinite(torch.stack(losses)).all())
+        if not bad_loss and model is not None and _finite(_grads(model)):
+            return
+        step = state.global_step + 1
+        what = "loss" if bad_loss else "gradient"
+        clips = clips_of(self.dataset, items)
+        named = ", ".join(clips[:_SHOWN_CLIPS])
+        if len(clips) > _SHOWN_CLIPS:
+            named += f" and {len(clips) - _SHOWN_CLIPS} more"
+        if self.on_nonfinite == "skip":
+            for p in model.parameters():
+                p.grad = None  # the optimizer leaves parameters without a gradient as they are
+            self.skipped += 1
+            log.warning("step %d: non-finite %s, update skipped (clips: %s)", step, what, named)
+            return
+        raise DivergenceError(
+            f"training diverged at step {step}: the {what} is not finite (NaN or Inf); "
+            f"the step's clips: {named or 'unknown'}. Nothing of this step was saved"
+            + (f"; the last good checkpoint is {last}" if (last := _last_checkpoint(args)) else ""),
+            hint="run `fitwhisper check-data` on the manifest (NaN or Inf samples), lower "
+            "--learning_rate, or pass --on_nonfinite skip to drop such steps (counted)",
+        )
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # DefaultFlowCallback has decided by now whether this step saves or evaluates.
+        if model is not None and (control.should_save or control.should_evaluate):
+            check_weights(model, f"step {state.global_step}")
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        # Last, after load_best_model_at_end: the model `train` saves as final/ next.
+        if model is not None:
+            check_weights(model, "the end of training")
+        if self.skipped:
+            log.warning("%d optimizer steps skipped for a non-finite loss or gradient",
+                        self.skipped)  # fmt: skip
+
+
+def check_weights(model: torch.nn.Module, where: str) -> None:
+    """Raise DivergenceError when any weight of `model` is NaN or Inf (one pass, one sync).
+
+    Raises:
+        DivergenceError: naming `where` (a step, or final/) and the first bad parameter.
+    """
+    params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    if _finite([p for _, p in params]):
+        return
+    bad = next(n for n, p in params if not bool(torch.isfinite(p).all()))
+    raise DivergenceError(
+        f"the model's weights are not finite at {where} (first: {bad}); it is not saved, "
+        "scored or exported",
+        hint="lower --learning_rate, run `fitwhisper check-data` on the manifest, or resume "
+        "from an earlier checkpoint",
+    )
+
+
+def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def _finite(tensors: list[torch.Tensor]) -> bool:
+    if not tensors:
+        return True
+    # One flag per tensor on its device, then one sync for all of them.
+    flags = [torch.isfinite(t.detach()).all() for t in tensors]
+    return bool(torch.stack([f.to(flags[0].device) for f in flags]).all())
+
+
+def _last_checkpoint(args) -> Path | None:
+    found = [p for p in Path(args.output_dir).glob("checkpoint-*") if p.name[11:].isdigit()]
+    return max(found, key=lambda p: int(p.name[11:]), default=None)

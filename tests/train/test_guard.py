@@ -1,0 +1,167 @@
+"""The divergence guard on a tiny random Whisper: a NaN clip or a diverging learning rate
+stops the run at the step (naming its clips) with the last good checkpoint kept, or, with
+--on_nonfinite skip, costs only that step's update; NaN weights are never saved."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from fitwhisper.cli import main
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.errors import DataError, DivergenceError
+from fitwhisper.train import train
+from fitwhisper.train.guard import check_weights
+
+
+@pytest.fixture
+def nan_manifest(tone_manifest: Path) -> Path:
+    """The six tone clips and, as the fourth row, a float WAV with NaN samples."""
+    folder = tone_manifest.parent
+    x = 0.3 * np.sin(np.arange(16_000) / 10).astype(np.float32)
+    x[4000:4010] = np.nan
+    sf.write(folder / "clips" / "nan.wav", x, 16_000, subtype="FLOAT")
+    rows = [json.loads(line) for line in tone_manifest.read_text().splitlines()]
+    rows.insert(3, {"audio_path": "clips/nan.wav", "text": "a broken clip"})
+    path = folder / "with_nan.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _cfg(out: Path, manifest: Path, **kw) -> TrainConfig:
+    base = dict(output_dir=str(out), train_manifest=str(manifest), per_device_train_batch_size=1,
+                learning_rate=1e-4, max_steps=7, logging_steps=1, save_strategy="no",
+                report_to="none", seed=0)  # fmt: skip
+    return TrainConfig(**{**base, **kw})
+
+
+@pytest.fixture
+def check_passes_nan(monkeypatch):
+    """The data check blind to NaN samples, as before it looked: training's own guard."""
+    from fitwhisper.data import check
+
+    inspect = check._inspect_audio
+
+    def blind(row):
+        facts = inspect(row)
+        facts.nonfinite = 0
+        return facts
+
+    monkeypatch.setattr(check, "_inspect_audio", blind)
+
+
+def test_the_data_check_refuses_a_nan_clip_before_training(
+    tiny_whisper_dir: Path, nan_manifest: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(DataError) as e:
+        train(ModelConfig(model=str(tiny_whisper_dir)), DataConfig(),
+              _cfg(tmp_path / "run", nan_manifest))  # fmt: skip
+    assert "with_nan.jsonl:4: nonfinite_audio (10 NaN or Inf samples)" in e.value.message
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_a_nan_clip_stops_training_at_its_step_naming_it(
+    tiny_whisper_dir: Path, nan_manifest: Path, tmp_path: Path, check_passes_nan
+) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(DivergenceError) as e:
+        train(ModelConfig(model=str(tiny_whisper_dir)), DataConfig(),
+              _cfg(out, nan_manifest, save_strategy="steps", save_steps=1,
+                   save_total_limit=None))  # fmt: skip
+
+    message = e.value.message
+    step = int(re.search(r"training diverged at step (\d+): the loss is not finite", message)[1])
+    # One clip per step: the step names the NaN clip and no other.
+    clips = re.search(r"the step's clips: (.*)\. Nothing of this step was saved", message)[1]
+    assert clips == f"clips/nan.wav ({nan_manifest.parent / 'clips' / 'nan.wav'})"
+    # Seed 0 draws the NaN clip fourth: earlier steps were saved, and are finite; nothing of
+    # the failing step or after it is.
+    assert step > 1
+    kept = out / f"checkpoint-{step - 1}"
+    assert f"the last good checkpoint is {kept}" in message
+    assert not (out / f"checkpoint-{step}").exists() and not (out / "final").exists()
+    from transformers import WhisperForConditionalGeneration
+
+    check_weights(WhisperForConditionalGeneration.from_pretrained(kept), "the kept checkpoint")
+
+
+def test_skip_drops_the_nan_step_counts_it_and_finishes_finite(
+    tiny_whisper_dir: Path, nan_manifest: Path, tmp_path: Path, check_passes_nan, caplog
+) -> None:
+    with caplog.at_level("WARNING", logger="fitwhisper"):
+        result = train(ModelConfig(model=str(tiny_whisper_dir)), DataConfig(),
+                       _cfg(tmp_path / "run", nan_manifest, on_nonfinite="skip"))  # fmt: skip
+
+    # Seven clips, seven steps of one clip: the NaN clip is drawn exactly once.
+    assert result.global_step == 7 and result.skipped_steps == 1
+    assert re.search(
+        r"step \d+: non-finite loss, update skipped \(clips: clips/nan.wav", caplog.text
+    )
+    assert "1 optimizer steps skipped for a non-finite loss or gradient" in caplog.text
+    from transformers import WhisperForConditionalGeneration
+
+    check_weights(WhisperForConditionalGeneration.from_pretrained(result.final_dir), "final/")
+
+
+def test_a_diverging_learning_rate_exits_1_at_the_step_keeping_the_last_checkpoint(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "run"
+    code = main(["train", "--model", str(tiny_whisper_dir), "--train_manifest",
+                 str(tone_manifest), "--output_dir", str(out), "--learning_rate", "1000",
+                 "--max_steps", "8", "--per_device_train_batch_size", "2",
+                 "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "none",
+                 "--report_to", "none", "--logging_steps", "1"])  # fmt: skip
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    found = re.search(r"error: training diverged at step (\d+): the (loss|gradient) is not", err)
+    assert found, err
+    step = int(found[1])
+    assert step > 1  # the first step's gradient is the starting model's: finite
+    kept = out / f"checkpoint-{step - 1}"
+    assert f"the last good checkpoint is {kept}" in err
+    assert "--on_nonfinite skip" in err
+    assert not (out / f"checkpoint-{step}").exists() and not (out / "final").exists()
+    from transformers import WhisperForConditionalGeneration
+
+    check_weights(WhisperForConditionalGeneration.from_pretrained(kept), "the kept checkpoint")
+
+
+def test_check_weights_names_the_first_non_finite_parameter() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    check_weights(model, "step 3")  # finite: nothing raised
+    with torch.no_grad():
+        model[1].bias[0] = float("inf")
+
+    with pytest.raises(DivergenceError) as e:
+        check_weights(model, "step 3")
+    assert e.value.message.startswith(
+        "the model's weights are not finite at step 3 (first: 1.bias)"
+    )
+
+
+def test_weights_made_nan_after_the_last_step_are_not_saved_as_final(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+) -> None:
+    from transformers import TrainerCallback
+
+    class PoisonLastStep(TrainerCallback):  # runs after the guard's own step-end check
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == state.max_steps:
+                with torch.no_grad():
+                    next(model.parameters()).view(-1)[0] = float("nan")
+
+    out = tmp_path / "run"
+    with pytest.raises(DivergenceError) as e:
+        train(ModelConfig(model=str(tiny_whisper_dir)), DataConfig(),
+              _cfg(out, tone_manifest, max_steps=2), callbacks=(PoisonLastStep(),))  # fmt: skip
+    assert e.value.message.startswith("the model's weights are not finite at the end of training")
+    assert not (out / "final").exists()
