@@ -97,7 +97,8 @@ def test_best_checkpoint_by_wer_becomes_final(
 def test_early_stopping_stops_a_run_that_does_not_improve(
     tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
 ) -> None:
-    # Learning rate 0: the weights never change, so neither does the WER. The first
+    # Learning rate 1e-12 (0 is refused): an update far below a float32 weight's precision,
+    # so the weights do not change, and neither does the WER. The first
     # evaluation sets the best; two more without improvement stop the run at step 3 of 20.
     out = tmp_path / "run"
     result = train(
@@ -106,7 +107,7 @@ def test_early_stopping_stops_a_run_that_does_not_improve(
         _cfg(
             out,
             tone_manifest,
-            learning_rate=0.0,
+            learning_rate=1e-12,
             max_steps=20,
             eval_strategy="steps",
             eval_steps=1,

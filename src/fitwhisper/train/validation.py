@@ -7,6 +7,7 @@ do, so a user fixes them all in one go.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
@@ -43,7 +44,7 @@ def validate(
                  "gradient_accumulation_steps", "generation_max_length"):  # fmt: skip
         if getattr(train_cfg, name) < 1:
             problems.append(f"--{name} must be at least 1, got {getattr(train_cfg, name)}")
-    if train_cfg.max_steps < 1 and train_cfg.num_train_epochs <= 0:
+    if train_cfg.max_steps == -1 and train_cfg.num_train_epochs == 0:
         problems.append("set --max_steps or a positive --num_train_epochs")
     if data_cfg.min_audio_len >= data_cfg.max_audio_len:
         problems.append("--min_audio_len must be below --max_audio_len")
@@ -53,6 +54,7 @@ def validate(
         problems.append(f"--packed_timestamp_fraction must be in [0, 1], got {fraction}")
     if not 0 <= (share := train_cfg.packed_single_clip_share) < 1:
         problems.append(f"--packed_single_clip_share must be in [0, 1), got {share}")
+    problems += _range_problems(data_cfg, train_cfg)
     problems += _schedule_problems(train_cfg)
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)
@@ -65,6 +67,38 @@ def validate(
             "the options conflict:\n  - " + "\n  - ".join(problems),
             hint="fix the options above; `fitwhisper train --help` explains each one",
         )
+
+
+def _range_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
+    """Numbers out of their range, each on its own (Trainer would accept some of them and
+    do something else than the plan printed: --max_steps 0 trains by epochs)."""
+    problems = []
+    # `not x > 0` rather than `x <= 0`: a NaN (`--learning_rate nan`) is out of range too.
+    if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):
+        problems.append(f"--learning_rate must be a positive number, got {cfg.learning_rate}")
+    if not cfg.weight_decay >= 0:
+        problems.append(f"--weight_decay must be 0 or more, got {cfg.weight_decay}")
+    if cfg.max_steps != -1 and cfg.max_steps < 1:
+        problems.append(f"--max_steps must be at least 1, or -1 to train by epochs, got "
+                        f"{cfg.max_steps}")  # fmt: skip
+    if not cfg.num_train_epochs >= 0 or math.isinf(cfg.num_train_epochs):
+        problems.append(f"--num_train_epochs must be a positive number, got "
+                        f"{cfg.num_train_epochs}")  # fmt: skip
+    for name in ("logging_steps", "save_steps", "eval_steps", "save_total_limit"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            problems.append(f"--{name} must be at least 1, got {value}")
+    for name in ("dataloader_num_workers", "early_stopping_threshold"):
+        if not getattr(cfg, name) >= 0:
+            problems.append(f"--{name} must be 0 or more, got {getattr(cfg, name)}")
+    if not data_cfg.min_audio_len >= 0:
+        problems.append(f"--min_audio_len must be 0 or more, got {data_cfg.min_audio_len}")
+    if data_cfg.max_label_tokens < 1:
+        problems.append(f"--max_label_tokens must be at least 1, got {data_cfg.max_label_tokens}")
+    for name in ("max_train_samples", "max_eval_samples"):
+        if (value := getattr(data_cfg, name)) is not None and value < 1:
+            problems.append(f"--{name} must be at least 1 (or none for all), got {value}")
+    return problems
 
 
 def _schedule_problems(cfg: TrainConfig) -> list[str]:
