@@ -61,3 +61,40 @@ def test_every_field_has_help() -> None:
     for cls in SECTIONS.values():
         for name in cls.__dataclass_fields__:
             assert f"--{name}" in help_text
+
+
+def test_wrong_types_in_a_config_file_are_all_named_with_the_expected_type(
+    tmp_path: Path,
+) -> None:
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text(
+        "learning_rate: abc\nmax_steps: 1.5\nmodel:\n  use_lora: maybe\n"
+        "train:\n  lr_scheduler_type: sawtooth\n  eval_steps: [1]\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config_file(cfg_file, SECTIONS)
+    msg = e.value.message
+    assert msg.startswith(f"config file {cfg_file} has values of the wrong type: ")
+    assert "\n" not in msg  # one paragraph
+    assert "learning_rate: expected a number, got 'abc'" in msg
+    assert "max_steps: expected a whole number, got 1.5" in msg
+    assert "use_lora: expected true or false, got 'maybe'" in msg
+    assert "lr_scheduler_type: expected one of linear, cosine, constant, " in msg
+    assert "eval_steps: expected a whole number, got [1]" in msg
+
+
+def test_config_file_values_take_their_fields_types(tmp_path: Path) -> None:
+    # YAML reads 1e-5 as text and 100.0 as a float: both are what the user meant.
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text(
+        "learning_rate: 1e-5\nmax_steps: 100.0\nweight_decay: 0\neval_steps: none\n"
+        "language: 123\nlora_target_modules: q_proj, v_proj\n"
+    )
+    values = load_config_file(cfg_file, SECTIONS)
+    train = build_config(TrainConfig, _parser().parse_args([]), values["train"])
+    assert train.learning_rate == 1e-5 and isinstance(train.learning_rate, float)
+    assert train.max_steps == 100 and isinstance(train.max_steps, int)
+    assert train.weight_decay == 0.0 and isinstance(train.weight_decay, float)
+    assert train.eval_steps is None
+    assert values["model"]["language"] == "123"
+    assert values["model"]["lora_target_modules"] == ["q_proj", "v_proj"]
