@@ -181,3 +181,50 @@ def test_select():
     assert select([1, 2, 3], None) == [1, 2, 3]
     assert select([1, 2, 3], 2) == [1, 2]
     assert select([1, 2, 3], 10) == [1, 2, 3]
+
+
+def _load_in_thread(path):
+    """load_manifest(path) in a thread, so a reader that blocks (the bug) fails the test
+    instead of hanging it: returns the exception raised, or the thread if still blocked."""
+    import threading
+
+    outcome = {}
+
+    def load():
+        try:
+            load_manifest(path)
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            outcome["error"] = e
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(30)  # a hang guard, not a timing check: the refusal needs no I/O at all
+    return outcome.get("error", t)
+
+
+def test_a_fifo_manifest_is_refused_unread(tmp_path):
+    import os
+
+    fifo = tmp_path / "train.jsonl"
+    os.mkfifo(fifo)
+    result = _load_in_thread(fifo)
+    if not isinstance(result, Exception):  # blocked in open(): unblock it, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load_manifest opened the FIFO")
+    assert isinstance(result, DataError)
+    assert result.message == (
+        f"manifest {fifo} is a FIFO (named pipe), not a file or folder: not read"
+    )
+    assert "save a stream to a file first" in result.hint
+
+
+def test_a_character_device_manifest_is_refused_unread():
+    from pathlib import Path
+
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero here")
+    result = _load_in_thread(Path("/dev/zero"))
+    assert isinstance(result, DataError)
+    assert (
+        result.message == "manifest /dev/zero is a character device, not a file or folder: not read"
+    )

@@ -68,3 +68,17 @@ def test_cli_max_steps_zero_exits_1_naming_it(tmp_path: Path, capsys) -> None:
     assert code == 1
     assert "--max_steps must be at least 1, or -1 to train by epochs, got 0" in err
     assert "Traceback" not in err
+
+
+def test_a_fifo_train_manifest_is_an_option_problem_unread(tmp_path: Path, capsys) -> None:
+    import os
+
+    fifo = tmp_path / "train.jsonl"
+    os.mkfifo(fifo)
+    run = str(tmp_path / "run")
+    code = main(["train", "--model", "no/such-model", "--train_manifest", str(fifo),
+                 "--eval_manifest", "/dev/zero", "--output_dir", run])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"--train_manifest {fifo} is a FIFO (named pipe), not a manifest file or folder" in err
+    assert "--eval_manifest /dev/zero is a character device, not a manifest file or folder" in err

@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,9 @@ def load_manifest(
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"manifest {p} not found", hint=_FORMATS_HINT)
+    if (kind := special_file_kind(p)) is not None:
+        raise DataError(f"manifest {p} is {kind}, not a file or folder: not read",
+                        hint=_FORMATS_HINT + "; save a stream to a file first")  # fmt: skip
     if p.is_dir():
         return _load_folder(p, audio_column, text_column, language_column)
     suffix = p.suffix.lower()
@@ -121,6 +125,21 @@ def load_manifest(
     else:
         raise DataError(f"{p}: unknown manifest type '{suffix or p.name}'", hint=_FORMATS_HINT)
     return _build(p, fmt, records, p.parent, audio_column, text_column, language_column)
+
+
+def special_file_kind(path: str | os.PathLike) -> str | None:
+    """'a FIFO', 'a character device', ... for a path that is neither a regular file nor a
+    folder (None for those, and for a path that does not exist). Looked up with stat, never
+    opened: a FIFO would block the reader forever and /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 T = TypeVar("T")

@@ -35,6 +35,7 @@ def validate(
     problems: list[str] = []
     if not train_cfg.train_manifest:
         problems.append("--train_manifest is required")
+    problems += _manifest_kind_problems(data_cfg, train_cfg)
     problems += problems_here(train_cfg.fp16, train_cfg.bf16)
     if train_cfg.eval_strategy != "no" and not train_cfg.eval_manifest:
         problems.append(f"--eval_strategy {train_cfg.eval_strategy} needs --eval_manifest")
@@ -98,6 +99,21 @@ def _range_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
     for name in ("max_train_samples", "max_eval_samples"):
         if (value := getattr(data_cfg, name)) is not None and value < 1:
             problems.append(f"--{name} must be at least 1 (or none for all), got {value}")
+    return problems
+
+
+def _manifest_kind_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
+    """Manifests that are FIFOs, devices or sockets: refused unread (reading would block
+    or never end)."""
+    from fitwhisper.data.manifest import special_file_kind
+
+    problems = []
+    for name, path in (("train_manifest", cfg.train_manifest),
+                       ("eval_manifest", cfg.eval_manifest),
+                       ("regression_manifest", cfg.regression_manifest),
+                       ("rehearsal_manifest", data_cfg.rehearsal_manifest)):  # fmt: skip
+        if path and (kind := special_file_kind(Path(path).expanduser())) is not None:
+            problems.append(f"--{name} {path} is {kind}, not a manifest file or folder")
     return problems
 
 
