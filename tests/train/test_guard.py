@@ -165,3 +165,22 @@ def test_weights_made_nan_after_the_last_step_are_not_saved_as_final(
               _cfg(out, tone_manifest, max_steps=2), callbacks=(PoisonLastStep(),))  # fmt: skip
     assert e.value.message.startswith("the model's weights are not finite at the end of training")
     assert not (out / "final").exists()
+
+
+def test_a_model_with_nan_weights_is_not_exported(tiny_whisper_dir: Path, tmp_path: Path) -> None:
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    from fitwhisper.export import export_ct2
+
+    model = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir)
+    with torch.no_grad():
+        model.model.decoder.layer_norm.weight[0] = float("nan")
+    model.save_pretrained(tmp_path / "diverged")
+    WhisperProcessor.from_pretrained(tiny_whisper_dir).save_pretrained(tmp_path / "diverged")
+
+    with pytest.raises(DivergenceError) as e:
+        export_ct2(tmp_path / "diverged", tmp_path / "ct2")
+    assert "has non-finite weights (NaN or Inf, first: model.decoder.layer_norm.weight)" in str(
+        e.value
+    )
+    assert not (tmp_path / "ct2").exists()

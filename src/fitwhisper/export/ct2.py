@@ -42,6 +42,7 @@ def export_ct2(
     Raises:
         ConfigError: unknown quantization, or `out` exists and `overwrite` is off.
         ModelLoadError: the model cannot be resolved or converted.
+        DivergenceError: the model has NaN or Inf weights.
     """
     from fitwhisper.models.ct2_export import convert_to_ct2
     from fitwhisper.models.resolve import as_resolved

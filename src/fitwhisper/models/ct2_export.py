@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from fitwhisper.errors import ModelLoadError
+from fitwhisper.errors import DivergenceError, ModelLoadError
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -60,6 +60,7 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
 
     Raises:
         ModelLoadError: CTranslate2 cannot convert the model.
+        DivergenceError: a weight is NaN or Inf (a diverged run's model is never exported).
     """
     from ctranslate2.converters import TransformersConverter
 
@@ -73,6 +74,7 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
             from fitwhisper.models.merge import merge_adapter
 
             source = merge_adapter(model, Path(tmp) / "merged").out
+        _refuse_nonfinite(Path(source), model.spec)
         work = Path(tmp) / "ct2"
         try:
             # tokenizer.json is copied by the converter; transformers 5 keeps the feature
@@ -102,6 +104,24 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _refuse_nonfinite(folder: Path, spec: str) -> None:
+    """Raise DivergenceError when a floating-point tensor of the folder's safetensors files
+    holds NaN or Inf: one pass over the weights, one tensor in memory at a time."""
+    import torch
+    from safetensors import safe_open
+
+    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else ():
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                t = f.get_tensor(name)
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    raise DivergenceError(
+                        f"{spec} has non-finite weights (NaN or Inf, first: {name}): not exported",
+                        hint="export an earlier checkpoint of the run, or train again with a "
+                        "lower --learning_rate after `fitwhisper check-data`",
+                    )
 
 
 def _generation_config(source) -> dict:
