@@ -184,3 +184,38 @@ def test_a_model_with_nan_weights_is_not_exported(tiny_whisper_dir: Path, tmp_pa
         e.value
     )
     assert not (tmp_path / "ct2").exists()
+
+
+def test_gradients_are_judged_except_under_fp16s_gradient_scaler(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from fitwhisper.data.manifest import Row
+    from fitwhisper.train.guard import NonFiniteGuard
+
+    rows = [Row(index=i, line=i + 1, audio=tmp_path / f"{i}.wav", text="x", id=f"clip{i}")
+            for i in range(3)]  # fmt: skip
+    dataset = SimpleNamespace(rows=rows)
+    model = torch.nn.Linear(2, 2)
+    state = TrainerState()
+    state.global_step = 6
+
+    def step(fp16: bool, on_nonfinite: str = "stop") -> NonFiniteGuard:
+        guard = NonFiniteGuard(dataset, on_nonfinite)
+        model.weight.grad = torch.full((2, 2), float("inf"))
+        guard.note(torch.tensor([2, 0]), torch.tensor(1.5))
+        args = SimpleNamespace(fp16=fp16, output_dir=str(tmp_path))
+        guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+        return guard
+
+    step(fp16=True)  # the scaler's business: no error, gradients left for it to skip
+    assert model.weight.grad is not None
+    with pytest.raises(DivergenceError) as e:
+        step(fp16=False)
+    assert e.value.message.startswith(
+        "training diverged at step 7: the gradient is not finite (NaN or Inf); the step's "
+        f"clips: clip2 ({tmp_path / '2.wav'}), clip0 ({tmp_path / '0.wav'}). Nothing"
+    )
+    guard = step(fp16=False, on_nonfinite="skip")
+    assert guard.skipped == 1 and model.weight.grad is None

@@ -8,7 +8,8 @@ which is saved, scored and exported. Here:
 - `tagged` wraps the training dataset and collator so each batch carries its items'
   positions (`ITEMS_KEY`); `GuardMixin.training_step` takes them out before the forward
   pass and notes the loss of each micro-batch;
-- `NonFiniteGuard.on_pre_optimizer_step` checks that loss and every gradient are finite:
+- `NonFiniteGuard.on_pre_optimizer_step` checks that loss and every gradient are finite
+  (only the loss under fp16, whose gradient scaler handles overflowing gradients):
   `--on_nonfinite stop` raises `DivergenceError` before the optimizer touches the weights
   (so no checkpoint of this step is written and the last good one stays); `skip` drops the
   gradients (AdamW leaves parameters without one untouched), counts the step and goes on;
@@ -125,7 +126,10 @@ class NonFiniteGuard(TrainerCallback):
         items, losses = self._items, self._losses
         self._items, self._losses = [], []
         bad_loss = bool(losses) and not bool(torch.isfinite(torch.stack(losses)).all())
-        if not bad_loss and model is not None and _finite(_grads(model)):
+        # fp16's gradient scaler expects Inf gradients now and then (its scale is too high):
+        # it skips that step and lowers the scale itself, so only the loss is judged there.
+        grads_ok = args.fp16 or model is None or _finite(_grads(model))
+        if not bad_loss and grads_ok:
             return
         step = state.global_step + 1
         what = "loss" if bad_loss else "gradient"
