@@ -219,3 +219,23 @@ def test_gradients_are_judged_except_under_fp16s_gradient_scaler(tmp_path: Path)
     )
     guard = step(fp16=False, on_nonfinite="skip")
     assert guard.skipped == 1 and model.weight.grad is None
+
+
+def test_nan_weights_are_not_saved_as_a_checkpoint(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+) -> None:
+    from transformers import TrainerCallback
+
+    class PoisonStepTwo(TrainerCallback):  # after the update, before the step's save
+        def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 1:  # step 2's update (global_step counts finished steps)
+                with torch.no_grad():
+                    next(model.parameters()).view(-1)[0] = float("nan")
+
+    out = tmp_path / "run"
+    with pytest.raises(DivergenceError) as e:
+        train(ModelConfig(model=str(tiny_whisper_dir)), DataConfig(),
+              _cfg(out, tone_manifest, max_steps=4, save_strategy="steps", save_steps=2),
+              callbacks=(PoisonStepTwo(),))  # fmt: skip
+    assert e.value.message.startswith("the model's weights are not finite at step 2 (first: ")
+    assert not (out / "checkpoint-2").exists()

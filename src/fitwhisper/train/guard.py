@@ -156,6 +156,8 @@ class NonFiniteGuard(TrainerCallback):
         if model is not None and (control.should_save or control.should_evaluate):
             check_weights(model, f"step {state.global_step}")
 
+    on_epoch_end = on_step_end  # --save_strategy / --eval_strategy epoch decide here
+
     def on_train_end(self, args, state, control, model=None, **kwargs):
         # Last, after load_best_model_at_end: the model `train` saves as final/ next.
         if model is not None:
