@@ -4,7 +4,8 @@ at the top of a module or inside a function.
 
 Layers, lowest first (a unit may import its own modules and any lower layer):
 
-    0  errors, logs, config, precision, method     ground: no fitwhisper imports above
+    0  errors, logs, config, precision, method,    ground: no fitwhisper imports above
+       paths
     1  scoring, codeswitch
     2  chinese_script, models
     3  data, memory
@@ -23,7 +24,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
-    **dict.fromkeys(("errors", "logs", "config", "precision", "method", "__init__"), 0),
+    **dict.fromkeys(("errors", "logs", "config", "precision", "method", "paths", "__init__"), 0),
     **dict.fromkeys(("scoring", "codeswitch"), 1),
     **dict.fromkeys(("chinese_script", "models"), 2),
     **dict.fromkeys(("data", "memory"), 3),

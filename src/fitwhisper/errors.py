@@ -35,5 +35,9 @@ class DivergenceError(FitWhisperError):
     """Training produced a NaN or Inf loss, gradient or weight; nothing of it was saved."""
 
 
+class StorageError(FitWhisperError):
+    """A file could not be written: the disk is full, read-only, or not ours to write."""
+
+
 class OutOfMemoryError(FitWhisperError):
     """Device memory ran out and could not be recovered from."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fitwhisper.cli import main
-from fitwhisper.train.resume import MARKER, checkpoints, is_complete, step_of
+from fitwhisper.train.checkpoints import MARKER, checkpoints, is_complete, step_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,7 +98,7 @@ def test_resume_refuses_a_changed_run_then_proceeds_when_told(
 
 
 def test_resume_takes_the_newest_complete_checkpoint(tmp_path: Path, caplog) -> None:
-    from fitwhisper.train.resume import find_checkpoint, remove_incomplete_after
+    from fitwhisper.train.resume import find_checkpoint, remove_unusable_after
 
     for step, complete in ((2, True), (4, True), (6, False)):
         ckpt = tmp_path / f"checkpoint-{step}"
@@ -110,7 +110,7 @@ def test_resume_takes_the_newest_complete_checkpoint(tmp_path: Path, caplog) -> 
     assert [step_of(c) for c in checkpoints(tmp_path)] == [2, 4, 6]
     assert find_checkpoint(tmp_path, "latest") == tmp_path / "checkpoint-4"
     assert "skipping" in caplog.text and "checkpoint-6: incomplete" in caplog.text
-    assert remove_incomplete_after(tmp_path, 4) == [tmp_path / "checkpoint-6"]
+    assert remove_unusable_after(tmp_path, 4) == [tmp_path / "checkpoint-6"]
     assert not (tmp_path / "checkpoint-6").exists()
 
 

@@ -199,6 +199,7 @@ def _resolve_folder(spec: str, path: Path) -> ResolvedModel:
         except ValueError as e:
             raise ModelLoadError(f"{config_file} is not valid JSON ({e})") from e
         if model_type == "whisper":
+            _check_weights(path)
             return ResolvedModel(spec, "transformers_dir", path)
         if model_type is not None or not has_ct2:
             raise ModelLoadError(
@@ -207,10 +208,37 @@ def _resolve_folder(spec: str, path: Path) -> ResolvedModel:
             )
     if has_ct2:
         return ResolvedModel(spec, "ct2_dir", _converted_ct2(path))
+    if (path / "final.partial").is_dir():
+        raise ModelLoadError(
+            f"{path} is a training run that stopped while writing its final model "
+            f"({path / 'final.partial'} is unfinished)",
+            hint=f"`fitwhisper train --resume` with the run's options writes it again (the "
+            f"run's options are in {path / 'fitwhisper.yaml'}), or use one of its checkpoint-N "
+            "folders",
+        )
     raise ModelLoadError(
         f"{path} holds no model: expected config.json (transformers) or model.bin "
         "(CTranslate2), or a final/ folder (fitwhisper run)",
         hint=f"use {_ALTERNATIVES}",
+    )
+
+
+# What from_pretrained loads weights from (one file, or an index of shards).
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def _check_weights(path: Path) -> None:
+    if any((path / name).is_file() for name in WEIGHT_FILES):
+        return
+    raise ModelLoadError(
+        f"{path} has a Whisper config.json but no weights (none of {', '.join(WEIGHT_FILES)})",
+        hint="copy the whole model folder (an interrupted download or copy leaves only the "
+        "small files), or name a Hub id such as openai/whisper-small",
     )
 
 

@@ -11,7 +11,11 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `methods`: full fine-tuning, LoRA, LoRA on an 8-bit or 4-bit base
 - `rows`: checked rows, output script, language tokens, rehearsal, data_report.json
 - `regression`: the forgetting guard, scored before and after training
-- `resume`: complete checkpoints, refusing a changed run, the run folder on start
+- `checkpoints`: checkpoint folders written whole (fsynced, then marked with their files'
+  sizes), judged by their contents, rotated without losing the last whole one
+- `resume`: which checkpoint to continue from, refusing a changed run, the run folder on
+  start, a run resumed at its last step finished without training
+- `lock`: one run per folder (a kernel lock, released when its process ends)
 - `record`: RUN/fitwhisper.yaml, the run record
 
 The run folder:
@@ -19,10 +23,12 @@ The run folder:
     RUN/fitwhisper.yaml   resolved configuration, versions, data hashes
     RUN/data_report.json  what the data check found and what was skipped
     RUN/checkpoint-N/     Trainer checkpoints (model, processor, optimizer, RNG, ...);
-                          fitwhisper_checkpoint.json marks one complete (resume.py)
+                          fitwhisper_checkpoint.json marks one whole (checkpoints.py)
     RUN/trainer_state.json  the whole run's log history and best checkpoint
     RUN/final/            model + processor + generation config (from_pretrained-ready);
-                          for LoRA runs the adapter, with processor and generation config
+                          for LoRA runs the adapter, with processor and generation config;
+                          written as RUN/final.partial/ and renamed when whole
+    RUN/.fitwhisper.lock  while a run is going: its process id
     RUN/eval/             predictions.jsonl and metrics.json of the final model;
                           regression.json: --regression_manifest before and after
     RUN/logs/             TensorBoard events

@@ -198,5 +198,6 @@ def _finite(tensors: list[torch.Tensor]) -> bool:
 
 
 def _last_checkpoint(args) -> Path | None:
-    found = [p for p in Path(args.output_dir).glob("checkpoint-*") if p.name[11:].isdigit()]
-    return max(found, key=lambda p: int(p.name[11:]), default=None)
+    from fitwhisper.train.checkpoints import checkpoints, is_complete
+
+    return next((c for c in reversed(checkpoints(args.output_dir)) if is_complete(c)), None)

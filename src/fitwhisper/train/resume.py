@@ -1,15 +1,13 @@
-"""Resuming a stopped run: which checkpoints are complete, and whether the run still matches.
+"""Resuming a stopped run: which checkpoint to continue from, and whether the run still
+matches.
 
-`fitwhisper train --resume` continues from the newest complete checkpoint in the run folder
+`fitwhisper train --resume` continues from the newest whole checkpoint in the run folder
 (`--resume PATH`: a named one); Trainer's `resume_from_checkpoint` restores the weights,
-optimizer, scheduler, RNG and data position. This module only decides *which* checkpoint,
-and refuses one whose run differed, field by field and manifest by hash;
-`prepare_output_dir` applies `--resume` / `--overwrite_output_dir` to the run folder.
-
-Completeness: Trainer writes a checkpoint's files one after another (model, optimizer,
-scheduler, RNG, trainer_state.json last), so a SIGKILL can leave a half-written folder.
-`CheckpointMarker` writes `fitwhisper_checkpoint.json` from `on_save`, which Trainer calls
-after the whole checkpoint is written; a folder without it is incomplete.
+optimizer, scheduler, RNG and data position. This module only decides *which* checkpoint
+(checkpoints.py judges each by its marker and files: an incomplete or damaged one is skipped
+with a message and the one before taken), and refuses one whose run differed, field by
+field and manifest by hash; `prepare_output_dir` applies `--resume` /
+`--overwrite_output_dir` to the run folder.
 """
 
 from __future__ import annotations
@@ -17,20 +15,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 from fitwhisper.config import TrainConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.train.checkpoints import checkpoints, problem, read_marker, remove, step_of
 
 log = logging.getLogger(__name__)
 
-MARKER = "fitwhisper_checkpoint.json"
 TRAINER_STATE = "trainer_state.json"  # the last file Trainer writes into a checkpoint
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 # Options that may change between a run and its resumption without changing what is learnt:
 # where things are written and shown, how many checkpoints are kept, how fast data loads,
@@ -57,84 +51,60 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-def checkpoints(output_dir: str | Path) -> list[Path]:
-    """The `checkpoint-N` folders of a run folder, oldest step first."""
-    out = Path(output_dir)
-    if not out.is_dir():
-        return []
-    found = [p for p in out.iterdir() if p.is_dir() and _CHECKPOINT_RE.match(p.name)]
-    return sorted(found, key=step_of)
-
-
-def step_of(checkpoint: Path) -> int:
-    m = _CHECKPOINT_RE.match(checkpoint.name)
-    return int(m.group(1)) if m else -1
-
-
-def is_complete(checkpoint: Path) -> bool:
-    """Whether every file of the checkpoint was written (its marker exists and parses)."""
-    return read_marker(checkpoint) is not None
-
-
-def read_marker(checkpoint: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((checkpoint / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def find_checkpoint(output_dir: str | Path, resume: str) -> Path:
-    """The checkpoint to resume from: the newest complete one (`resume == "latest"`) or the
-    named folder. Incomplete checkpoints newer than the chosen one are skipped with a warning.
+    """The checkpoint to resume from: the newest whole one (`resume == "latest"`) or the
+    named folder. Incomplete or damaged checkpoints newer than the chosen one are skipped
+    with a warning saying why.
 
     Raises:
-        ConfigError: no complete checkpoint, or the named one is missing or incomplete.
+        ConfigError: no whole checkpoint, or the named one is missing, incomplete or damaged.
     """
     if resume != "latest":
-        path = Path(resume)
-        if not path.is_dir():
-            raise ConfigError(
-                f"--resume {resume}: no such checkpoint folder",
-                hint="pass a checkpoint-N folder, or a bare --resume for the newest in "
-                "--output_dir",
-            )
-        if not is_complete(path):
-            if not _trainer_state_ok(path):
-                raise ConfigError(
-                    f"--resume {resume}: the checkpoint is incomplete (its run stopped while "
-                    "writing it)",
-                    hint="resume from an earlier checkpoint, or a bare --resume for the newest "
-                    "complete one",
-                )
-            log.warning(
-                "%s was not written by fitwhisper: its options cannot be compared with this run's",
-                path,
-            )
-        return path
+        return _named_checkpoint(Path(resume))
     found = checkpoints(output_dir)
     for ckpt in reversed(found):
-        if is_complete(ckpt):
+        why = problem(ckpt)
+        if why is None:
             return ckpt
-        log.warning(
-            "skipping %s: incomplete (no %s; the run stopped while writing it)", ckpt, MARKER
-        )
+        log.warning("skipping %s: %s", ckpt, why)
     raise ConfigError(
-        f"--resume: no complete checkpoint in {output_dir}"
-        + (f" ({len(found)} incomplete)" if found else ""),
+        f"--resume: no whole checkpoint in {output_dir}"
+        + (f" ({len(found)} incomplete or damaged)" if found else ""),
         hint="train without --resume to start afresh (add --overwrite_output_dir if "
         "checkpoints are in the way), or pass --resume PATH",
     )
 
 
-def remove_incomplete_after(output_dir: str | Path, step: int) -> list[Path]:
-    """Delete incomplete checkpoints past `step`: Trainer would write the same step's
-    checkpoint into them again and mix fresh files with stale ones."""
+def _named_checkpoint(path: Path) -> Path:
+    if not path.is_dir():
+        raise ConfigError(
+            f"--resume {path}: no such checkpoint folder",
+            hint="pass a checkpoint-N folder, or a bare --resume for the newest in --output_dir",
+        )
+    why = problem(path)
+    if why is None:
+        return path
+    if read_marker(path) is None and _trainer_state_ok(path):
+        log.warning(
+            "%s was not written by fitwhisper: its options cannot be compared with this run's",
+            path,
+        )
+        return path
+    raise ConfigError(
+        f"--resume {path}: the checkpoint is {why}",
+        hint="resume from an earlier checkpoint, or a bare --resume for the newest whole one",
+    )
+
+
+def remove_unusable_after(output_dir: str | Path, step: int) -> list[Path]:
+    """Delete incomplete or damaged checkpoints past `step`: Trainer would write the same
+    step's checkpoint into them again and mix fresh files with stale ones."""
     removed = []
     for ckpt in checkpoints(output_dir):
-        if step_of(ckpt) > step and not is_complete(ckpt):
-            shutil.rmtree(ckpt)
+        if step_of(ckpt) > step and (why := problem(ckpt)) is not None:
+            remove(ckpt)
             removed.append(ckpt)
-            log.warning("removed incomplete %s (the earlier run stopped while writing it)", ckpt)
+            log.warning("removed %s: %s", ckpt, why)
     return removed
 
 
@@ -194,25 +164,6 @@ def check_unchanged(checkpoint: Path, current: dict[str, Any], *, proceed: bool)
     )
 
 
-def checkpoint_marker(current: dict[str, Any]):
-    """A TrainerCallback that marks each checkpoint complete once Trainer has written it."""
-    from transformers import TrainerCallback
-
-    class CheckpointMarker(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            if not state.is_world_process_zero:
-                return
-            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if not ckpt.is_dir():
-                return
-            body = {"complete": True, "global_step": state.global_step, "fingerprint": current}
-            tmp = ckpt / f".{MARKER}.tmp"
-            tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, ckpt / MARKER)  # atomic: the marker is whole or absent
-
-    return CheckpointMarker()
-
-
 def _trainer_state_ok(path: Path) -> bool:
     try:
         json.loads((path / TRAINER_STATE).read_text(encoding="utf-8"))
@@ -233,13 +184,13 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, run_fingerprint: dict) -> Pa
     if cfg.resume:
         ckpt = find_checkpoint(out, cfg.resume)
         check_unchanged(ckpt, run_fingerprint, proceed=cfg.resume_despite_changes)
-        remove_incomplete_after(out, step_of(ckpt))
+        remove_unusable_after(out, step_of(ckpt))
         log.info("resuming from %s", ckpt)
         return ckpt
     if cfg.overwrite_output_dir:
         old = checkpoints(out)
         for ckpt in old:
-            shutil.rmtree(ckpt)
+            remove(ckpt)
         events = list(logs_dir(cfg, out).glob("events.out.tfevents.*"))
         for f in events:
             f.unlink()
@@ -252,3 +203,36 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, run_fingerprint: dict) -> Pa
                 out,
             )
     return None
+
+
+def train_or_finish(trainer, resume_from: Path | None, n_rows: int) -> tuple[int, float | None]:
+    """`trainer.train()`, resuming from `resume_from`; or, when that checkpoint is already at
+    the run's last step, only its weights and state (the best checkpoint's weights with
+    load_best_model_at_end), as the uninterrupted run ends.
+
+    Trainer would train one step more there (it skips the data it has seen and takes the
+    next batch before it checks the step count), so the result would differ.
+
+    Returns:
+        The global step and the mean training loss of the steps trained (None if none).
+    """
+    from fitwhisper.train.trainer import planned_steps
+
+    if resume_from is None:
+        out = trainer.train()
+        return out.global_step, out.training_loss
+    total, _ = planned_steps(trainer.args, n_rows)
+    step = step_of(resume_from)
+    if step < total:
+        out = trainer.train(resume_from_checkpoint=str(resume_from))
+        return out.global_step, out.training_loss
+    from transformers import TrainerState
+
+    log.info("%s is the run's last step (%d of %d): nothing left to train", resume_from, step,
+             total)  # fmt: skip
+    trainer.state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE))
+    best = trainer.state.best_model_checkpoint
+    use_best = trainer.args.load_best_model_at_end and best and Path(best).is_dir()
+    # Trainer's own loader: full weights or a PEFT adapter, sharded or not.
+    trainer._load_from_checkpoint(str(best if use_best else resume_from))
+    return trainer.state.global_step, None

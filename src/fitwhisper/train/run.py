@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,40 +56,53 @@ def train(
         ModelLoadError: the model cannot be resolved.
         DivergenceError: a NaN/Inf loss, gradient or weight, at the step named (guard.py).
     """
-    from transformers import set_seed
-
-    from fitwhisper.train import record, resume, rows, setup
+    from fitwhisper.train import setup
+    from fitwhisper.train.lock import run_folder
     from fitwhisper.train.validation import validate
 
-    # 0. Options: a memory plan (--plan, --auto_fit), presets, precision, all checked at once.
+    # 0. Options: a memory plan (--plan, --auto_fit), presets, precision, all checked at
+    #    once, and the output folder writable, before anything loads or is written.
     model_cfg, train_cfg = _apply_plan(model_cfg, data_cfg, train_cfg, explicit)
     model_cfg = _apply_method(model_cfg)
     precision = run_precision(train_cfg.fp16, train_cfg.bf16)
     validate(model_cfg, data_cfg, train_cfg, precision=precision)
-    out = Path(train_cfg.output_dir)
 
-    # 1. Resume or start afresh; refuses a checkpoint whose options or data differ.
+    # 1. The model spec resolves and its tokenizer loads before the run folder is made.
+    resolved = setup.resolve(model_cfg)
+    processor = setup.processor(resolved, model_cfg)
+
+    # 2. One run per folder (lock.py); a folder this run made goes again on an early error.
+    with run_folder(Path(train_cfg.output_dir)) as out:
+        return _train_in(out, resolved, processor, model_cfg, data_cfg, train_cfg, precision,
+                         callbacks)  # fmt: skip
+
+
+def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: DataConfig,
+              train_cfg: TrainConfig, precision, callbacks: tuple) -> TrainResult:  # fmt: skip
+    """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
+    from transformers import set_seed
+
+    from fitwhisper.train import record, resume, rows, setup
+
+    # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
     manifests = record.manifest_hashes(train_cfg, data_cfg)
     fingerprint = resume.fingerprint(
         {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
     )
     resume_from = resume.prepare_output_dir(out, train_cfg, fingerprint)
-    out.mkdir(parents=True, exist_ok=True)
 
-    # 2. Data: check every row before any weights load (the tokenizer is all it needs);
+    # 4. Data: check every row before any weights load (the tokenizer is all it needs);
     #    output script, language tokens, rehearsal rows and the regression set (rows.py).
-    resolved = setup.resolve(model_cfg)
-    processor = setup.processor(resolved, model_cfg)
     checked = rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests)
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
 
-    # 3. Model (the method decides how it loads and what trains); --seed also fixes the
+    # 5. Model (the method decides how it loads and what trains); --seed also fixes the
     #    LoRA adapters' random start (Trainer seeds only after this).
     model, language = setup.model(resolved, model_cfg, data_cfg, train_cfg, precision)
     set_seed(train_cfg.seed)
     model = setup.prepare(model, model_cfg, train_cfg)
 
-    # 4. Datasets decode audio and make features as batches are drawn; Trainer.
+    # 6. Datasets decode audio and make features as batches are drawn; Trainer.
     data = setup.datasets(
         run_rows, processor, model, model_cfg, data_cfg, train_cfg, language, precision
     )
@@ -98,27 +112,23 @@ def train(
     )  # fmt: skip
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
+    resumed_step = None if resume_from is None else resume.step_of(resume_from)
     trainer = setup.trainer(
         model, processor, data, model_cfg, data_cfg, train_cfg, precision,
-        marker=resume.checkpoint_marker(fingerprint), callbacks=callbacks,
-        resumed_step=None if resume_from is None else resume.step_of(resume_from),
+        fingerprint=fingerprint, callbacks=callbacks, resumed_step=resumed_step,
     )  # fmt: skip
     if regression is not None:
         regression.score_before(trainer.model)  # the starting weights: Trainer loads later
 
-    # 5. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
-    #    resuming; the guard checks the weights are finite at the end) and save a
-    #    from_pretrained-ready model with its processor; with
-    #    load_best_model_at_end, trainer.model is the best checkpoint's by now.
-    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    # 7. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
+    #    resuming; a run resumed at its last step only loads that checkpoint) and save a
+    #    from_pretrained-ready model with its processor, written aside and renamed into
+    #    place; with load_best_model_at_end, trainer.model is the best checkpoint's.
+    step, loss = resume.train_or_finish(trainer, resume_from, len(data.train_ds))
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
-    final_dir = out / "final"
-    trainer.save_model(str(final_dir))
-    from fitwhisper.train.methods import finish_final_dir
+    final_dir = _save_final(trainer, processor, out, model_cfg)
 
-    finish_final_dir(final_dir, trainer.model, processor, model_spec=model_cfg.model)
-
-    # 6. Score the final model on the held-out clips by generation, and the regression set.
+    # 8. Score the final model on the held-out clips by generation, and the regression set.
     metrics = _score_final(trainer, processor, data, model_cfg, train_cfg, out, regression)
     best = trainer.state.best_model_checkpoint
     return TrainResult(
@@ -127,13 +137,30 @@ def train(
         train_rows=len(run_rows.train),
         eval_rows=len(run_rows.eval),
         skipped_rows=run_rows.skipped,
-        global_step=result.global_step,
-        train_loss=result.training_loss,
+        global_step=step,
+        train_loss=loss,
         eval_metrics=metrics,
         resumed_from=resume_from,
         best_checkpoint=Path(best) if best else None,
         skipped_steps=trainer.nonfinite_guard.skipped,
     )
+
+
+def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
+    """RUN/final/, written into RUN/final.partial/ and renamed into place: a run stopped
+    while writing it leaves a folder named as unfinished, never a final/ that fails to load."""
+    from fitwhisper.train.methods import finish_final_dir
+
+    final_dir, partial, old = out / "final", out / "final.partial", out / "final.old"
+    for stale in (partial, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    trainer.save_model(str(partial))
+    finish_final_dir(partial, trainer.model, processor, model_spec=model_cfg.model)
+    if final_dir.exists():  # an earlier run's (--overwrite_output_dir): replaced only now
+        final_dir.rename(old)
+    partial.rename(final_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return final_dir
 
 
 def _apply_plan(

@@ -94,8 +94,8 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
 
 
 def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: DataConfig,
-            train_cfg: TrainConfig, precision: Precision, *, marker, callbacks: tuple = (),
-            resumed_step: int | None = None):  # fmt: skip
+            train_cfg: TrainConfig, precision: Precision, *, fingerprint: dict,
+            callbacks: tuple = (), resumed_step: int | None = None):  # fmt: skip
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
@@ -117,7 +117,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     unit = "packed windows" if train_cfg.pack_clips else "training clips"
     parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit)
     guard = NonFiniteGuard(data.train_ds, train_cfg.on_nonfinite)
-    built = parts.trainer_class(train_cfg)(
+    built = parts.trainer_class(train_cfg, fingerprint)(
         model=loaded,
         args=args,
         data_collator=data.train_collator,
@@ -132,7 +132,6 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
             model_cfg, data_cfg, train_cfg, precision=precision
         ),
         callbacks=[
-            marker,  # first: it marks a checkpoint complete (resume.py)
             MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds
             *parts.logging_callbacks(train_cfg, Path(train_cfg.output_dir), resumed_step),
             *parts.early_stopping(train_cfg),

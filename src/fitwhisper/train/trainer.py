@@ -2,7 +2,7 @@
 
 `training_arguments` maps TrainConfig (and the precision `train` resolved) onto
 Seq2SeqTrainingArguments; `trainer_class` adds OOM back-off and length grouping;
-`callbacks` gathers the checkpoint marker, the memory watch, TensorBoard and early stopping.
+`callbacks` gathers the memory watch, TensorBoard and early stopping.
 """
 
 from __future__ import annotations
@@ -67,15 +67,19 @@ def training_arguments(
     )
 
 
-def trainer_class(cfg: TrainConfig):
-    """BackoffTrainer, with length-grouped batches when --group_by_duration asks, and the
-    divergence guard's view of each micro-batch (guard.py)."""
+def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
+    """BackoffTrainer, with length-grouped batches when --group_by_duration asks, the
+    divergence guard's view of each micro-batch (guard.py), and checkpoints marked whole
+    before old ones are rotated out (checkpoints.py; the marker holds `run_fingerprint`)."""
     from fitwhisper.data.batching import LengthGroupedTrainerMixin
     from fitwhisper.memory.backoff import BackoffTrainer
+    from fitwhisper.train.checkpoints import CheckpointMixin
     from fitwhisper.train.guard import GuardMixin
 
-    class Trainer(LengthGroupedTrainerMixin, GuardMixin, BackoffTrainer):
+    class Trainer(CheckpointMixin, LengthGroupedTrainerMixin, GuardMixin, BackoffTrainer):
         group_by_length = cfg.group_by_duration
+
+    Trainer.run_fingerprint = run_fingerprint
 
     return Trainer
 
@@ -120,12 +124,8 @@ def log_plan(
 ) -> None:
     processes = max(args.world_size, 1)
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
-    # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
-    steps_per_epoch = max(1, -(-n_rows // effective))
-    if cfg.max_steps > 0:
-        steps, epochs = cfg.max_steps, cfg.max_steps / steps_per_epoch
-    else:
-        steps, epochs = math.ceil(steps_per_epoch * cfg.num_train_epochs), cfg.num_train_epochs
+    steps, steps_per_epoch = planned_steps(args, n_rows)
+    epochs = steps / steps_per_epoch if cfg.max_steps > 0 else cfg.num_train_epochs
     log.info(
         "effective batch = %d x %d x %d process(es) = %d; %d %s; "
         "%d optimizer steps (%.1f epochs); precision %s",
@@ -147,6 +147,17 @@ def log_plan(
             resumed_step / steps_per_epoch,
             max(steps - resumed_step, 0),
         )
+
+
+def planned_steps(args, n_rows: int) -> tuple[int, int]:
+    """The optimizer steps a run makes in all, and per epoch, as Trainer counts them."""
+    processes = max(args.world_size, 1)
+    effective = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
+    # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
+    per_epoch = max(1, -(-n_rows // effective))
+    if args.max_steps > 0:
+        return args.max_steps, per_epoch
+    return math.ceil(per_epoch * args.num_train_epochs), per_epoch
 
 
 def free_training_memory(trainer) -> None:

@@ -181,8 +181,11 @@ def _reporting_problems(cfg: TrainConfig) -> list[str]:
 
 
 def _output_dir_problems(cfg: TrainConfig) -> list[str]:
-    from fitwhisper.train.resume import checkpoints, is_complete
+    from fitwhisper.paths import folder_problem
+    from fitwhisper.train.checkpoints import checkpoints, is_complete
 
+    if (unusable := folder_problem(cfg.output_dir, "--output_dir")) is not None:
+        return [unusable]
     problems = []
     found = checkpoints(cfg.output_dir)
     if cfg.resume and cfg.overwrite_output_dir:

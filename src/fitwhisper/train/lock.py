@@ -1,0 +1,114 @@
+"""One run per folder: `train` holds an exclusive lock on its output folder while it runs.
+
+A second `train` into the same folder is refused at once, naming the process that holds it.
+The lock is the kernel's (POSIX `flock` on RUN/.fitwhisper.lock), so a run that crashes or
+is killed releases it with its process: a stale lock file never blocks a later run.
+
+`run_folder` also keeps user errors from leaving anything behind: a folder it created is
+removed again if the run fails before it wrote anything but the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from fitwhisper.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".fitwhisper.lock"
+
+
+@contextlib.contextmanager
+def run_folder(out: Path) -> Iterator[Path]:
+    """Create `out` if needed and hold its lock for the block.
+
+    Raises:
+        ConfigError: another process holds the folder.
+    """
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with _locked(out / LOCK_FILE):
+            yield out
+    except BaseException:
+        if created and _empty(out):
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; the folder is not guarded there
+        yield
+        return
+    while True:
+        f = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(path)
+            f.close()
+            raise ConfigError(
+                f"{path.parent} is in use by another training run ({holder}); two runs in one "
+                "folder would overwrite each other's checkpoints and final model",
+                hint="wait for that run to end (or stop it), or train into another --output_dir",
+            ) from None
+        # The previous holder may have removed the file between our open and our lock:
+        # then we hold a lock on a name nobody sees; take the new file instead.
+        if _same_file(f, path):
+            break
+        f.close()
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(_me()) + "\n")
+        f.flush()
+        yield
+    finally:
+        # Remove the name while still holding the lock, so nobody locks a file about to go.
+        with contextlib.suppress(OSError):
+            path.unlink()
+        f.close()
+
+
+def _me() -> dict:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join(sys.argv[:1] + sys.argv[1:4]),
+    }
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        return f"pid {info['pid']} on {info['host']}, started {info['started']}"
+    except (OSError, ValueError, KeyError):
+        return "a process that has not yet said which"
+
+
+def _same_file(f, path: Path) -> bool:
+    try:
+        return os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+    except OSError:
+        return False
+
+
+def _empty(folder: Path) -> bool:
+    try:
+        return not any(folder.iterdir())
+    except OSError:
+        return False
