@@ -182,3 +182,25 @@ def test_models_command(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "openai/whisper-large-v3-turbo" in text
     assert "offline/base" in text
+
+
+def test_run_whose_final_model_was_cut_short(
+    tiny_whisper_dir: Path, tmp_path: Path, capsys
+) -> None:
+    # A kill while final/ is written leaves final.partial/ and no final/ (train/run.py).
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_whisper_dir, run / "final.partial")
+    (run / "final.partial" / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match="stopped while writing its final model"):
+        resolve_model(str(run))
+    from tests.conftest import write_tone
+
+    clip = write_tone(tmp_path / "clip.wav", 1.0)
+    assert main(["transcribe", "--model", str(run), str(clip)]) == 1
+    err = capsys.readouterr().err
+    assert "final.partial is unfinished" in err and "fitwhisper train --resume" in err
+    # The unfinished folder itself is refused for what it lacks.
+    with pytest.raises(ModelLoadError, match="has a Whisper config.json but no weights"):
+        resolve_model(str(run / "final.partial"))

@@ -17,7 +17,6 @@ answer at once; each `run` imports what it needs.
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -120,28 +119,9 @@ def _as_user_error(e: Exception) -> Exception:
             "by the same factor (the effective batch stays the same), add "
             "--gradient_checkpointing, or train LoRA instead of the full model",
         )
-    if isinstance(e, OSError) and e.errno in _FULL | _FORBIDDEN:
-        from fitwhisper.errors import StorageError
+    from fitwhisper.paths import as_storage_error
 
-        where = f" {e.filename}" if e.filename else ""
-        if e.errno in _FULL:
-            return StorageError(
-                f"could not write{where}: {e.strerror}",
-                hint="free disk space or choose a folder on another disk (a run's checkpoints "
-                "are its largest files: --save_total_limit keeps fewer); a training run stopped "
-                "this way continues with --resume from its last whole checkpoint",
-            )
-        return StorageError(
-            f"no access to{where}: {e.strerror}",
-            hint="check that path's permissions (or a read-only disk), or choose a folder you "
-            "can write",
-        )
-    return e
-
-
-# Storage the user has to fix (full, or not theirs to write), not a bug of ours.
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_FORBIDDEN = {errno.EROFS, errno.EACCES, errno.EPERM}
+    return as_storage_error(e) or e
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -154,6 +154,15 @@ class CheckpointMixin:
         self.args.save_total_limit = None  # Trainer's rotation would run before the marker
         try:
             super()._save_checkpoint(model, trial)
+        except Exception as e:
+            # A full disk, most often: what was written is of no use, and its room is needed.
+            if self.args.should_save:
+                remove(ckpt)
+            from fitwhisper.paths import as_storage_error
+
+            if (storage := as_storage_error(e, ckpt)) is not None:
+                raise storage from e
+            raise
         finally:
             self.args.save_total_limit = keep
         if not self.args.should_save:  # only the main process writes

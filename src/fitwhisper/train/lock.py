@@ -4,8 +4,8 @@ A second `train` into the same folder is refused at once, naming the process tha
 The lock is the kernel's (POSIX `flock` on RUN/.fitwhisper.lock), so a run that crashes or
 is killed releases it with its process: a stale lock file never blocks a later run.
 
-`run_folder` also keeps user errors from leaving anything behind: a folder it created is
-removed again if the run fails before it wrote anything but the lock.
+`run_folder` also keeps user errors from leaving anything behind: the folders it created
+are removed again if the run fails before it wrote anything but the lock.
 """
 
 from __future__ import annotations
@@ -34,15 +34,17 @@ def run_folder(out: Path) -> Iterator[Path]:
     Raises:
         ConfigError: another process holds the folder.
     """
-    created = not out.exists()
+    created = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
     try:
         with _locked(out / LOCK_FILE):
             yield out
     except BaseException:
-        if created and _empty(out):
+        for folder in created:
+            if not _empty(folder):
+                break
             with contextlib.suppress(OSError):
-                out.rmdir()
+                folder.rmdir()
         raise
 
 

@@ -154,8 +154,16 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
     final_dir, partial, old = out / "final", out / "final.partial", out / "final.old"
     for stale in (partial, old):
         shutil.rmtree(stale, ignore_errors=True)
-    trainer.save_model(str(partial))
-    finish_final_dir(partial, trainer.model, processor, model_spec=model_cfg.model)
+    try:
+        trainer.save_model(str(partial))
+        finish_final_dir(partial, trainer.model, processor, model_spec=model_cfg.model)
+    except Exception as e:
+        shutil.rmtree(partial, ignore_errors=True)  # a full disk, most often: free its room
+        from fitwhisper.paths import as_storage_error
+
+        if (storage := as_storage_error(e, partial)) is not None:
+            raise storage from e
+        raise
     if final_dir.exists():  # an earlier run's (--overwrite_output_dir): replaced only now
         final_dir.rename(old)
     partial.rename(final_dir)

@@ -1,0 +1,177 @@
+"""The run folder: one run at a time, checked before anything loads, and left as it was by a
+user error (one paragraph, exit 1, no traceback)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fitwhisper.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+}
+
+
+def _argv(model: Path, manifest: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "train", "--model", str(model), "--train_manifest", str(manifest),
+        "--output_dir", str(out), "--max_steps", "2", "--save_steps", "2",
+        "--per_device_train_batch_size", "2", "-q", *extra,
+    ]  # fmt: skip
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]] | None:
+    """Each entry of `folder` (recursively) with its size and modification time."""
+    if not folder.exists():
+        return None
+    if folder.is_file():
+        return {"": (folder.stat().st_size, folder.stat().st_mtime_ns)}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+    }
+
+
+def _user_error(argv: list[str], capsys) -> str:
+    """Run the command; it must fail with a one-paragraph error and no traceback."""
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_a_second_run_into_a_busy_folder_is_refused_naming_the_holder(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "run"
+    # Another process holds the folder, as a running `train` does.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time; from pathlib import Path; "
+            "from fitwhisper.train.lock import run_folder\n"
+            "with run_folder(Path(sys.argv[1])):\n"
+            "    print('held', flush=True); time.sleep(600)"
+        ), str(out)],
+        env=ENV, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _snapshot(out)
+        err = _user_error(_argv(tiny_whisper_dir, tone_manifest, out), capsys)
+        assert f"{out} is in use by another training run (pid {holder.pid} on " in err
+        assert "hint: wait for that run to end" in err
+        assert _snapshot(out) == before
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # A killed holder's lock goes with its process: the stale file blocks nothing.
+    assert (out / ".fitwhisper.lock").exists()
+    assert main(_argv(tiny_whisper_dir, tone_manifest, out)) == 0
+    assert (out / "final" / "model.safetensors").is_file()
+    assert not (out / ".fitwhisper.lock").exists()  # a run that ends removes its lock
+
+
+def test_output_dir_that_cannot_be_a_folder_is_refused_before_anything_loads(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, capsys
+) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    before = _snapshot(a_file)
+    err = _user_error(_argv(tiny_whisper_dir, tone_manifest, a_file), capsys)
+    assert f"--output_dir {a_file} is a file, not a folder" in err
+    assert _snapshot(a_file) == before
+
+    under = a_file / "run"
+    err = _user_error(_argv(tiny_whisper_dir, tone_manifest, under), capsys)
+    assert f"--output_dir {under} cannot be made: {a_file} is a file" in err
+    assert _snapshot(a_file) == before
+
+
+def _read_only_folder() -> Path | None:
+    """A folder nobody may write in, root included (sysfs refuses new files)."""
+    try:
+        (Path("/sys") / "fitwhisper-probe").mkdir()
+    except OSError:
+        return Path("/sys")
+    return None
+
+
+@pytest.mark.skipif(_read_only_folder() is None, reason="no folder here refuses root")
+def test_output_dir_that_cannot_be_written_is_refused(
+    tiny_whisper_dir: Path, tone_manifest: Path, capsys
+) -> None:
+    out = _read_only_folder() / "fitwhisper-run"
+    err = _user_error(_argv(tiny_whisper_dir, tone_manifest, out), capsys)
+    assert f"--output_dir {out} cannot be written" in err
+    assert not out.exists()
+
+
+def test_model_folder_without_weights_is_refused_and_no_run_folder_is_made(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, capsys
+) -> None:
+    import shutil
+
+    copy = tmp_path / "half-copied"
+    shutil.copytree(tiny_whisper_dir, copy)
+    (copy / "model.safetensors").unlink()
+    out = tmp_path / "run"
+    err = _user_error(_argv(copy, tone_manifest, out), capsys)
+    assert f"{copy} has a Whisper config.json but no weights" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "written"),
+    [(("--save_strategy", "steps"), "checkpoint-2"), (("--save_strategy", "no"), "final.partial")],
+    ids=["checkpoint", "final"],
+)
+def test_a_full_disk_while_saving_is_one_paragraph_and_leaves_no_half_written_folder(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, extra, written
+) -> None:
+    # A file-size limit makes every write past 1 MB fail as a full disk does (EFBIG, the
+    # same path through safetensors and torch.save as ENOSPC).
+    import resource
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    out = tmp_path / "run"
+    argv = _argv(tiny_whisper_dir, tone_manifest, out, *extra)
+    done = subprocess.run(
+        [sys.executable, "-m", "fitwhisper", *argv],
+        env=ENV, capture_output=True, text=True, preexec_fn=limit_file_size, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"error: could not write {out / written}: " in done.stderr
+    assert "(is the disk full?)" in done.stderr
+    assert "--resume from its last whole checkpoint" in done.stderr
+    assert not (out / written).exists()  # of no use, and its room is needed
+    assert not (out / "final").exists()
+
+
+def test_run_folder_made_for_a_run_that_failed_at_once_is_removed(tmp_path: Path) -> None:
+    from fitwhisper.errors import DataError
+    from fitwhisper.train.lock import LOCK_FILE, run_folder
+
+    out = tmp_path / "new" / "run"
+    with pytest.raises(DataError), run_folder(out):
+        assert (out / LOCK_FILE).is_file()
+        raise DataError("no usable rows")
+    assert not (tmp_path / "new").exists()
+    # A folder that was there before stays, with what it held.
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DataError), run_folder(out):
+        raise DataError("no usable rows")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
