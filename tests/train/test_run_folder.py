@@ -170,7 +170,7 @@ def test_run_folder_made_for_a_run_that_failed_at_once_is_removed(tmp_path: Path
         raise DataError("no usable rows")
     assert not (tmp_path / "new").exists()
     # A folder that was there before stays, with what it held.
-    out.mkdir()
+    out.mkdir(parents=True)
     (out / "notes.txt").write_text("mine")
     with pytest.raises(DataError), run_folder(out):
         raise DataError("no usable rows")
