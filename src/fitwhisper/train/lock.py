@@ -36,8 +36,10 @@ def run_folder(out: Path) -> Iterator[Path]:
     """
     created = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
+    # Under torchrun every process runs `train`; the main one holds the folder for them all.
+    main_process = int(os.environ.get("RANK", "0")) == 0
     try:
-        with _locked(out / LOCK_FILE):
+        with _locked(out / LOCK_FILE) if main_process else contextlib.nullcontext():
             yield out
     except BaseException:
         for folder in created:
