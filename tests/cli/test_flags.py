@@ -56,6 +56,16 @@ def test_unknown_keys_in_a_config_file_are_all_named(tmp_path: Path) -> None:
     assert "learning_rte" in e.value.message and "max_stpes" in e.value.message
 
 
+def test_a_config_file_cannot_run_code(tmp_path: Path) -> None:
+    # PyYAML's full loader would call os.system here; safe_load refuses the tag.
+    touched = tmp_path / "touched"
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text(f'learning_rate: !!python/object/apply:os.system ["touch {touched}"]\n')
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config_file(cfg_file, SECTIONS)
+    assert not touched.exists()
+
+
 def test_every_field_has_help() -> None:
     help_text = _parser().format_help()
     for cls in SECTIONS.values():
