@@ -48,6 +48,14 @@ def folder_problem(path: str | Path, what: str) -> str | None:
     return None
 
 
+def require_folder(path: str | Path, what: str) -> None:
+    """Raise a ConfigError unless `path` can be a writable folder (see `folder_problem`)."""
+    from fitwhisper.errors import ConfigError
+
+    if (why := folder_problem(path, what)) is not None:
+        raise ConfigError(why, hint=f"choose a {what} folder you can write")
+
+
 def file_problem(path: str | Path, what: str) -> str | None:
     """Why a file cannot be written at `path` (its folder must exist), or None."""
     path = Path(path).expanduser()

@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
 
     cmd = build_config(EvaluateCommand, args)
     cfg, data_cfg = build_config(EvalConfig, args), build_config(DataConfig, args)
+    if cmd.output_dir:
+        from fitwhisper.paths import require_folder
+
+        require_folder(cmd.output_dir, "--output_dir")  # before the model runs, not after
     if cmd.compare:
         cmp = compare_manifest(cmd.model, cmd.compare, cmd.manifest, cfg, data_cfg)
         print(cmp.format_table())

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from fitwhisper.errors import ConfigError
 from fitwhisper.models.ct2_export import QUANTIZATIONS
+from fitwhisper.paths import require_folder
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -52,6 +53,7 @@ def export_ct2(
             f"unknown --quantization {quantization!r}", hint="use " + ", ".join(QUANTIZATIONS)
         )
     dest = Path(out)
+    require_folder(dest, "OUT")  # before the conversion, not after it
     if dest.exists() and any(dest.iterdir()):
         if not overwrite:
             raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")

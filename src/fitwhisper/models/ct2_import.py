@@ -29,6 +29,7 @@ from typing import Literal
 import torch
 
 from fitwhisper.errors import ModelLoadError
+from fitwhisper.paths import require_folder
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ def import_ct2(
             repaired.
     """
     out = Path(out).expanduser()
+    require_folder(out, "OUT")
     if dtype not in ("float32", "float16"):
         raise ModelLoadError(f"dtype {dtype!r} is not supported", hint="use float32 or float16")
     if out.exists() and not overwrite:

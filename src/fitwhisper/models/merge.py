@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fitwhisper.errors import ConfigError, ModelLoadError
+from fitwhisper.paths import require_folder
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -58,6 +59,7 @@ def merge_adapter(
             "--use_4bit); a full fine-tune is already a complete model",
         )
     dest = Path(out)
+    require_folder(dest, "OUT")  # before the conversion, not after it
     if dest.exists() and any(dest.iterdir()):
         if not overwrite:
             raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
