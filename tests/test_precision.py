@@ -30,5 +30,11 @@ def test_choose_precision(fp16, bf16, machine, expected) -> None:
 def test_precision_problems() -> None:
     assert precision_problems(None, None, **CPU) == []
     assert precision_problems(True, True, **AMPERE) == ["--fp16 and --bf16 are both set; pick one"]
-    assert "need a CUDA GPU" in precision_problems(True, None, **CPU)[0]
+    # fp16 mixed precision is CUDA-only (no gradient scaler on CPU); bf16 autocasts on CPU.
+    assert precision_problems(True, None, **CPU) == [
+        "--fp16 needs a CUDA GPU and none is visible (fp16 mixed precision is CUDA-only); "
+        "use --bf16 or leave both unset to train in fp32 on CPU"
+    ]
+    assert precision_problems(None, True, **CPU) == []
+    assert choose_precision(None, True, **CPU) == "bf16"
     assert "Ampere or newer" in precision_problems(None, True, **TURING)[0]

@@ -176,17 +176,17 @@ class ModelConfig:
     use_8bit: bool = field(
         default=False,
         metadata={
-            "help": "Load the base model in 8 bits (bitsandbytes LLM.int8(); CUDA only) and train "
-            "LoRA on top: about half the weight memory. Turns on --use_lora, since quantised "
-            "weights cannot be trained directly. Needs pip install 'fitwhisper[gpu]'."
+            "help": "Load the base model in 8 bits (bitsandbytes LLM.int8(); CUDA or CPU) and "
+            "train LoRA on top: about half the weight memory. Turns on --use_lora, since "
+            "quantised weights cannot be trained directly."
         },
     )
     use_4bit: bool = field(
         default=False,
         metadata={
-            "help": "Load the base model in 4-bit NF4 with double quantisation (QLoRA; CUDA only) "
-            "and train LoRA on top: about a quarter of the weight memory, so large-v3 fits an "
-            "8 GB card. Turns on --use_lora. Needs pip install 'fitwhisper[gpu]'."
+            "help": "Load the base model in 4-bit NF4 with double quantisation (QLoRA; CUDA or "
+            "CPU) and train LoRA on top: about a quarter of the weight memory, so large-v3 fits "
+            "an 8 GB card. Turns on --use_lora."
         },
     )
     bnb_4bit_compute_dtype: Literal["auto", "float32", "float16", "bfloat16"] = field(
@@ -251,7 +251,7 @@ class TrainConfig:
         default="adamw_torch",
         metadata={
             "help": "Optimizer. adamw_torch: AdamW. adamw_8bit: AdamW with 8-bit states "
-            "(bitsandbytes, CUDA only; about a quarter of AdamW's state memory). adafactor: "
+            "(bitsandbytes, CUDA or CPU; about a quarter of AdamW's state memory). adafactor: "
             "factored second moments, the least memory."
         },
     )
@@ -289,7 +289,9 @@ class TrainConfig:
     )  # fmt: skip
     bf16: bool | None = field(
         default=None,
-        metadata={"help": "bf16 mixed precision (CUDA, Ampere or newer). Unset: auto, as fp16."},
+        metadata={
+            "help": "bf16 mixed precision (CUDA Ampere or newer, or CPU). Unset: auto, as fp16."
+        },
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "Recompute activations in backward to save memory."}

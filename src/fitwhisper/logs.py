@@ -26,6 +26,9 @@ def setup_logging(verbosity: int = 0) -> None:
     generation_log = logging.getLogger("transformers.generation.utils")
     if not any(isinstance(f, _HarmlessGenerationWarnings) for f in generation_log.filters):
         generation_log.addFilter(_HarmlessGenerationWarnings())
+    bnb_cpu_log = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if not any(isinstance(f, _OptionalHubKernelNotice) for f in bnb_cpu_log.filters):
+        bnb_cpu_log.addFilter(_OptionalHubKernelNotice())
     os.environ["FITWHISPER_QUIET"] = "1" if verbosity < 0 else ""
 
 
@@ -42,6 +45,15 @@ class _HarmlessGenerationWarnings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(self._PREFIXES)
+
+
+class _OptionalHubKernelNotice(logging.Filter):
+    """Drops the notice bitsandbytes logs when `import peft` imports it on a CPU with
+    AVX512-BF16: it could not fetch an optional faster 4-bit kernel from the Hub (the
+    `kernels` package) and uses its own. Advice to fetch code at run time is not ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward")
 
 
 class _StderrHandler(logging.StreamHandler):

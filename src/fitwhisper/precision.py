@@ -3,7 +3,8 @@
 Mixed precision keeps fp32 master weights and runs matmuls in half precision (Trainer's
 autocast). bf16 has fp32's range, so it needs no loss scaling and does not overflow the way
 fp16 can on Whisper's large activations; it is preferred wherever the GPU has it (Ampere+).
-CPUs train in fp32: CPU autocast gains little for these models and changes the numbers.
+CPUs train in fp32 unless --bf16 asks (torch autocasts to bfloat16 on CPU; the gain is in
+memory more than speed). fp16 mixed precision is CUDA-only: its gradient scaler is.
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ def precision_problems(
     problems = []
     if fp16 and bf16:
         problems.append("--fp16 and --bf16 are both set; pick one")
-    if (fp16 or bf16) and not cuda:
+    if fp16 and not cuda:
         problems.append(
-            "--fp16/--bf16 need a CUDA GPU and none is visible; leave both unset to train "
-            "in fp32 on CPU"
+            "--fp16 needs a CUDA GPU and none is visible (fp16 mixed precision is CUDA-only); "
+            "use --bf16 or leave both unset to train in fp32 on CPU"
         )
-    elif bf16 and not bf16_supported:
+    elif bf16 and cuda and not bf16_supported:
         problems.append("--bf16 needs a GPU with bf16 support (Ampere or newer); use --fp16")
     return problems
 

@@ -82,7 +82,7 @@ def test_help_and_bad_flags_answer_before_torch_loads(argv: list[str]) -> None:
         f"    main({argv!r})\n"
         "except SystemExit as e:\n"
         "    code = e.code\n"
-        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'transformers', 'bitsandbytes') if m in sys.modules]\n"
         "print('CODE', code, 'HEAVY', heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

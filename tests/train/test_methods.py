@@ -193,21 +193,18 @@ def test_every_method_conflict_is_reported_at_once_before_loading(
     with pytest.raises(ConfigError) as e:
         train(model_cfg, DataConfig(), train_cfg)
     lines = e.value.message.splitlines()[1:]
+    hint = "pip install 'bitsandbytes>=0.50' (a dependency of fitwhisper; 0.50+ runs on CPU too)"
     assert lines == [
-        "  - --fp16/--bf16 need a CUDA GPU and none is visible; leave both unset to train "
-        "in fp32 on CPU",
+        "  - --fp16 needs a CUDA GPU and none is visible (fp16 mixed precision is CUDA-only); "
+        "use --bf16 or leave both unset to train in fp32 on CPU",
         "  - --use_8bit and --use_4bit are both set; pick one",
         "  - --lora_r must be at least 1, got 0",
         "  - --lora_alpha must be positive, got 0",
         "  - --lora_dropout must be in [0, 1), got 1.5",
         "  - --lora_target_modules has unknown layers query; Whisper's are "
         "q_proj,k_proj,v_proj,out_proj,fc1,fc2",
-        "  - --use_4bit needs a CUDA GPU and none is visible; use --use_lora on this machine",
-        "  - --use_4bit needs bitsandbytes, which is not installed: pip install "
-        "'fitwhisper[gpu]' (bitsandbytes) on a machine with a CUDA GPU",
-        "  - --optim adamw_8bit needs a CUDA GPU; use adamw_torch or adafactor",
-        "  - --optim adamw_8bit needs bitsandbytes: pip install 'fitwhisper[gpu]' "
-        "(bitsandbytes) on a machine with a CUDA GPU",
+        f"  - --use_4bit needs bitsandbytes, which is not installed: {hint}",
+        f"  - --optim adamw_8bit needs bitsandbytes, which is not installed: {hint}",
         "  - --fp16 with --bnb_4bit_compute_dtype bfloat16: mixed precision and the 4-bit "
         "layers would compute in different dtypes; use float16 or auto",
     ]
@@ -231,6 +228,38 @@ def test_quantised_options_pass_where_cuda_and_bitsandbytes_exist(
     validate(ModelConfig(lora_r=0), DataConfig(), TrainConfig(train_manifest="t.jsonl"))
 
 
+def test_quantised_options_pass_on_cpu_with_a_recent_bitsandbytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fitwhisper.precision as precision
+
+    monkeypatch.setattr(methods, "_cuda_available", lambda: False)
+    monkeypatch.setattr(precision, "hardware", lambda: {"cuda": False, "bf16_supported": False})
+    monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
+    monkeypatch.setattr(methods, "_bitsandbytes_version", lambda: (0, 50))
+    for model_cfg in (ModelConfig(use_8bit=True), ModelConfig(use_4bit=True)):
+        train_cfg = TrainConfig(train_manifest="t.jsonl", bf16=True, optim="adamw_8bit")
+        validate(model_cfg, DataConfig(), train_cfg)  # no error
+    # fp16 mixed precision stays CUDA-only, with quantisation as without.
+    with pytest.raises(ConfigError, match=r"--fp16 needs a CUDA GPU .* CUDA-only"):
+        validate(
+            ModelConfig(use_4bit=True), DataConfig(), TrainConfig(train_manifest="t", fp16=True)
+        )
+    # A bitsandbytes without the CPU backend is named, for each flag that needs it.
+    monkeypatch.setattr(methods, "_bitsandbytes_version", lambda: (0, 45))
+    train_cfg = TrainConfig(train_manifest="t.jsonl", optim="adamw_8bit")
+    with pytest.raises(ConfigError) as e:
+        validate(ModelConfig(use_8bit=True), DataConfig(), train_cfg)
+    assert [line.split(" without")[0] for line in e.value.message.splitlines()[1:]] == [
+        "  - --use_8bit",
+        "  - --optim adamw_8bit",
+    ]
+    assert "needs bitsandbytes 0.50 or newer (its CPU backend), found 0.45" in e.value.message
+    # ...but serves a CUDA machine.
+    monkeypatch.setattr(methods, "_cuda_available", lambda: True)
+    validate(ModelConfig(use_8bit=True), DataConfig(), TrainConfig(train_manifest="t.jsonl"))
+
+
 def test_bitsandbytes_configs_follow_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert methods.quantization_config(ModelConfig(), "fp32") is None
     assert methods.load_kwargs(ModelConfig(use_lora=True), "fp32") == {}
@@ -251,17 +280,22 @@ def test_bitsandbytes_configs_follow_the_options(monkeypatch: pytest.MonkeyPatch
     assert q4("fp16").bnb_4bit_compute_dtype == torch.float16
     assert q4("fp32", "bfloat16").bnb_4bit_compute_dtype == torch.bfloat16
 
-    # Without CUDA or bitsandbytes, loading refuses with the fix.
-    monkeypatch.setattr(methods, "_cuda_available", lambda: False)
+    # Without bitsandbytes, loading refuses with the fix.
+    monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: False)
     with pytest.raises(ConfigError) as e:
         methods.load_kwargs(ModelConfig(use_8bit=True), "fp32")
-    assert e.value.message == "8-bit and 4-bit loading need a CUDA GPU and bitsandbytes"
-    assert "pip install 'fitwhisper[gpu]'" in e.value.hint
+    assert e.value.message == "8-bit and 4-bit loading need bitsandbytes, which is not installed"
+    assert "pip install 'bitsandbytes>=0.50'" in e.value.hint
 
-    # With both, the quantised base goes onto this process's GPU.
-    monkeypatch.setattr(methods, "_cuda_available", lambda: True)
+    # Without CUDA, the quantised base is made on the CPU (bitsandbytes' CPU backend)...
+    monkeypatch.setattr(methods, "_cuda_available", lambda: False)
     monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "1")
+    kwargs = methods.load_kwargs(ModelConfig(use_8bit=True), "fp32")
+    assert kwargs["device_map"] == {"": "cpu"} and kwargs["quantization_config"].load_in_8bit
+
+    # ...with CUDA, on this process's GPU.
+    monkeypatch.setattr(methods, "_cuda_available", lambda: True)
     kwargs = methods.load_kwargs(ModelConfig(use_4bit=True), "fp32")
     assert kwargs["device_map"] == {"": 1} and kwargs["quantization_config"].load_in_4bit
 
@@ -334,7 +368,7 @@ def test_adapter_whose_base_is_gone_names_it(tmp_path: Path) -> None:
     )
 
 
-# --- real 8-bit and 4-bit training: CUDA + bitsandbytes only ----------------------------
+# --- real 8-bit and 4-bit training on CUDA (CPU: test_quantised_cpu.py) -----------------
 
 _NO_GPU = not (torch.cuda.is_available() and methods._bitsandbytes_installed())
 

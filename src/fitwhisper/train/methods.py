@@ -5,8 +5,14 @@ precision, resolved once by `train`, decides the 4-bit layers' compute dtype:
 
     (none)               full fine-tuning; --freeze_encoder trains the decoder only
     --use_lora           LoRA adapters (PEFT) on a frozen base; the run saves the adapter
-    --use_8bit           the base loaded in 8 bits (bitsandbytes, CUDA), LoRA on top
-    --use_4bit           the base loaded in 4-bit NF4 (QLoRA, CUDA), LoRA on top
+    --use_8bit           the base loaded in 8 bits (bitsandbytes LLM.int8()), LoRA on top
+    --use_4bit           the base loaded in 4-bit NF4 (QLoRA), LoRA on top
+
+bitsandbytes (a dependency) has a CPU backend: 8-bit and 4-bit bases, and --optim
+adamw_8bit, train on CPU as on CUDA; the quantised base goes to the CPU there and to this
+process's GPU (LOCAL_RANK) on CUDA. What stays CUDA-only is fp16 mixed precision
+(precision.py). bitsandbytes is imported only when a quantised model loads, never at CLI
+start (it takes seconds and prints backend notices).
 
 Quantisation happens inside `from_pretrained`, so it comes in two parts: `load_kwargs`
 before loading (the BitsAndBytesConfig), `prepare_for_training` after it (freezing, kbit
@@ -30,15 +36,16 @@ from fitwhisper.precision import Precision
 
 log = logging.getLogger(__name__)
 
-GPU_EXTRA_HINT = "pip install 'fitwhisper[gpu]' (bitsandbytes) on a machine with a CUDA GPU"
+BNB_HINT = "pip install 'bitsandbytes>=0.50' (a dependency of fitwhisper; 0.50+ runs on CPU too)"
+BNB_CPU_VERSION = (0, 50)  # the first release fitwhisper's CPU tests ran 8-bit/4-bit/adamw_8bit on
 LORA_LOW_LR = 5e-5  # below this a LoRA run barely moves in a typical number of steps
 
 
 def problems(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: Precision) -> list[str]:
     """Every conflict among the method options, as flag-named sentences (empty: all fine).
 
-    Checks only what is known without loading anything: option values, CUDA and whether
-    bitsandbytes is installed.
+    Checks only what is known without loading anything: option values and whether
+    bitsandbytes is installed (its CPU backend serves machines without CUDA).
     """
     found: list[str] = []
     quantised = model_cfg.use_8bit or model_cfg.use_4bit
@@ -65,16 +72,10 @@ def problems(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: Precisio
             )
         elif not model_cfg.lora_target_modules:
             found.append("--lora_target_modules is empty; name at least one layer")
-    flag = "--use_4bit" if model_cfg.use_4bit else "--use_8bit"
-    if quantised and not _cuda_available():
-        found.append(f"{flag} needs a CUDA GPU and none is visible; use --use_lora on this machine")
-    if quantised and not _bitsandbytes_installed():
-        found.append(f"{flag} needs bitsandbytes, which is not installed: {GPU_EXTRA_HINT}")
+    if quantised:
+        found += _bitsandbytes_problems("--use_4bit" if model_cfg.use_4bit else "--use_8bit")
     if train_cfg.optim == "adamw_8bit":
-        if not _cuda_available():
-            found.append("--optim adamw_8bit needs a CUDA GPU; use adamw_torch or adafactor")
-        if not _bitsandbytes_installed():
-            found.append(f"--optim adamw_8bit needs bitsandbytes: {GPU_EXTRA_HINT}")
+        found += _bitsandbytes_problems("--optim adamw_8bit")
     if model_cfg.use_4bit:
         dtype = model_cfg.bnb_4bit_compute_dtype
         if precision == "fp16" and dtype in ("bfloat16", "float32"):
@@ -123,19 +124,21 @@ def load_kwargs(model_cfg: ModelConfig, precision: Precision) -> dict[str, Any]:
     """Extra `from_pretrained` arguments for the method: none, or quantisation + placement.
 
     Raises:
-        ConfigError: 8-bit/4-bit without CUDA or bitsandbytes (validate() says so earlier;
-            this guards callers that skip it).
+        ConfigError: 8-bit/4-bit without bitsandbytes (validate() says so earlier; this
+            guards callers that skip it).
     """
     bnb = quantization_config(model_cfg, precision)
     if bnb is None:
         return {}
-    if not _cuda_available() or not _bitsandbytes_installed():
+    if not _bitsandbytes_installed():
         raise ConfigError(
-            "8-bit and 4-bit loading need a CUDA GPU and bitsandbytes",
-            hint=f"{GPU_EXTRA_HINT}; without one, train with --use_lora",
+            "8-bit and 4-bit loading need bitsandbytes, which is not installed",
+            hint=f"{BNB_HINT}; or train with --use_lora",
         )
-    # Quantised weights are made on the GPU while loading; one GPU per process (torchrun).
-    return {"quantization_config": bnb, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
+    # Quantised weights are made where they will run, while loading: one GPU per process
+    # (torchrun) on CUDA, else bitsandbytes' CPU backend.
+    place: int | str = int(os.environ.get("LOCAL_RANK", 0)) if _cuda_available() else "cpu"
+    return {"quantization_config": bnb, "device_map": {"": place}}
 
 
 def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
@@ -155,6 +158,7 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
     from peft import get_peft_model, prepare_model_for_kbit_training
 
     if is_quantised(method):
+        _quiet_int8_cast_notice()
         # Freezes the base and upcasts its non-quantised parts (norms, conv) to fp32.
         # Checkpointing stays with Trainer (--gradient_checkpointing): transformers 5
         # checkpoints without reentrancy, so no input-grad hook on the encoder's conv is
@@ -258,6 +262,28 @@ def _count_parameters(model) -> tuple[int, int]:
     return trainable, total
 
 
+class _OnceFilter(logging.Filter):
+    """Passes a message the first time only."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix, self.seen = prefix, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.prefix):
+            return True
+        shown, self.seen = self.seen, True
+        return not shown
+
+
+def _quiet_int8_cast_notice() -> None:
+    # bitsandbytes logs "inputs will be cast ... to float16" on every 8-bit matmul whose
+    # input is not fp16 (always in fp32 or bf16 runs): thousands of lines a step. Once is news.
+    bnb_log = logging.getLogger("bitsandbytes.autograd._functions")
+    if not any(isinstance(f, _OnceFilter) for f in bnb_log.filters):
+        bnb_log.addFilter(_OnceFilter("MatMul8bitLt: inputs will be cast"))
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -265,5 +291,24 @@ def _cuda_available() -> bool:
 
 
 def _bitsandbytes_installed() -> bool:
-    # find_spec, not import: importing bitsandbytes on a machine without CUDA prints warnings.
+    # find_spec, not import: importing bitsandbytes takes seconds and prints backend notices.
     return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def _bitsandbytes_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    return tuple(int(p) for p in version("bitsandbytes").split(".")[:2] if p.isdigit())
+
+
+def _bitsandbytes_problems(flag: str) -> list[str]:
+    """Why `flag` cannot use bitsandbytes here: not installed, or too old for the CPU."""
+    if not _bitsandbytes_installed():
+        return [f"{flag} needs bitsandbytes, which is not installed: {BNB_HINT}"]
+    if not _cuda_available() and _bitsandbytes_version() < BNB_CPU_VERSION:
+        have = ".".join(map(str, _bitsandbytes_version()))
+        return [
+            f"{flag} without a CUDA GPU needs bitsandbytes 0.50 or newer (its CPU backend), "
+            f"found {have}: {BNB_HINT}"
+        ]
+    return []

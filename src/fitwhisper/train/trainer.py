@@ -51,6 +51,8 @@ def training_arguments(
         seed=cfg.seed,
         fp16=precision == "fp16",
         bf16=precision == "bf16",
+        # Trainer takes bf16 without a bf16 GPU only when told it runs on the CPU.
+        use_cpu=precision == "bf16" and not _cuda_available(),
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         activation_checkpointing=cfg.gradient_checkpointing,
         dataloader_num_workers=cfg.dataloader_num_workers,
