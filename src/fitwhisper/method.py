@@ -22,6 +22,19 @@ METHOD_LABELS: dict[Method, str] = {"full": "full", "lora": "LoRA", "8bit": "8-b
                                     "4bit": "4-bit+LoRA"}  # fmt: skip
 
 
+# The first bitsandbytes whose CPU backend trains 8-bit/4-bit bases and adamw_8bit (tested).
+BNB_CPU_VERSION = (0, 50)
+
+
+def bitsandbytes_runs_here(version: str | None, *, cuda: bool) -> bool:
+    """Whether the installed bitsandbytes (`version`, None: not installed) can train here:
+    any on CUDA, 0.50 or newer on CPU."""
+    if version is None:
+        return False
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    return cuda or parts >= BNB_CPU_VERSION
+
+
 class _MethodFlags(Protocol):
     use_lora: bool
     use_8bit: bool

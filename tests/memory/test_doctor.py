@@ -104,6 +104,11 @@ def test_cpu_only_report_and_json(capsys: pytest.CaptureFixture) -> None:
     assert report["versions"]["torch"] and "bitsandbytes" in report["versions"]
     assert "limited by RAM and time" in report["verdict_note"]
     assert report["support"]["cuda"] is False
+    # Without a GPU, bf16 autocasts on the CPU and bitsandbytes 0.50+ trains 8-bit/4-bit.
+    assert report["support"]["bf16"] is True and report["support"]["fp16"] is False
+    bnb = report["versions"]["bitsandbytes"]
+    cpu_bnb = bnb is not None and tuple(map(int, bnb.split(".")[:2])) >= (0, 50)
+    assert report["support"]["8-bit/4-bit (bitsandbytes)"] is cpu_bnb
     assert main(["doctor"]) == 0
     text = capsys.readouterr().out
     assert "GPU: none visible to torch" in text and "CPU memory:" in text

@@ -236,7 +236,7 @@ def test_quantised_options_pass_on_cpu_with_a_recent_bitsandbytes(
     monkeypatch.setattr(methods, "_cuda_available", lambda: False)
     monkeypatch.setattr(precision, "hardware", lambda: {"cuda": False, "bf16_supported": False})
     monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
-    monkeypatch.setattr(methods, "_bitsandbytes_version", lambda: (0, 50))
+    monkeypatch.setattr(methods, "_bitsandbytes_version", lambda: "0.50.2")
     for model_cfg in (ModelConfig(use_8bit=True), ModelConfig(use_4bit=True)):
         train_cfg = TrainConfig(train_manifest="t.jsonl", bf16=True, optim="adamw_8bit")
         validate(model_cfg, DataConfig(), train_cfg)  # no error
@@ -246,7 +246,7 @@ def test_quantised_options_pass_on_cpu_with_a_recent_bitsandbytes(
             ModelConfig(use_4bit=True), DataConfig(), TrainConfig(train_manifest="t", fp16=True)
         )
     # A bitsandbytes without the CPU backend is named, for each flag that needs it.
-    monkeypatch.setattr(methods, "_bitsandbytes_version", lambda: (0, 45))
+    monkeypatch.setattr(methods, "_bitsandbytes_version", lambda: "0.45.5")
     train_cfg = TrainConfig(train_manifest="t.jsonl", optim="adamw_8bit")
     with pytest.raises(ConfigError) as e:
         validate(ModelConfig(use_8bit=True), DataConfig(), train_cfg)
@@ -254,7 +254,7 @@ def test_quantised_options_pass_on_cpu_with_a_recent_bitsandbytes(
         "  - --use_8bit",
         "  - --optim adamw_8bit",
     ]
-    assert "needs bitsandbytes 0.50 or newer (its CPU backend), found 0.45" in e.value.message
+    assert "needs bitsandbytes 0.50 or newer (its CPU backend), found 0.45.5" in e.value.message
     # ...but serves a CUDA machine.
     monkeypatch.setattr(methods, "_cuda_available", lambda: True)
     validate(ModelConfig(use_8bit=True), DataConfig(), TrainConfig(train_manifest="t.jsonl"))

@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fitwhisper.method import METHOD_LABELS, method_flags
+from fitwhisper.method import METHOD_LABELS, bitsandbytes_runs_here, method_flags
 from fitwhisper.method import METHODS as ALL_METHODS
 
 log = logging.getLogger(__name__)
@@ -282,12 +282,16 @@ def _verdict(need: int, gpu: GpuFacts, facts: MachineFacts, *, quantised: bool):
 
 
 def _support(facts: MachineFacts) -> dict[str, bool]:
+    """What `train` can use here: fp16 needs CUDA; bf16 needs an Ampere+ GPU, or runs on
+    the CPU (autocast) where there is none; bitsandbytes 0.50+ trains on CPU too."""
     cuda = bool(facts.gpus)
     return {
         "cuda": cuda,
         "fp16": cuda,
-        "bf16": any(g.bf16 for g in facts.gpus),
-        "8-bit/4-bit (bitsandbytes)": cuda and facts.bitsandbytes,
+        "bf16": any(g.bf16 for g in facts.gpus) or not cuda,
+        "8-bit/4-bit (bitsandbytes)": bitsandbytes_runs_here(
+            facts.versions.get("bitsandbytes"), cuda=cuda
+        ),
     }
 
 

@@ -31,13 +31,12 @@ from typing import Any
 
 from fitwhisper.config import WHISPER_LINEAR_MODULES, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.method import is_quantised, method_of
+from fitwhisper.method import bitsandbytes_runs_here, is_quantised, method_of
 from fitwhisper.precision import Precision
 
 log = logging.getLogger(__name__)
 
 BNB_HINT = "pip install 'bitsandbytes>=0.50' (a dependency of fitwhisper; 0.50+ runs on CPU too)"
-BNB_CPU_VERSION = (0, 50)  # the first release fitwhisper's CPU tests ran 8-bit/4-bit/adamw_8bit on
 LORA_LOW_LR = 5e-5  # below this a LoRA run barely moves in a typical number of steps
 
 
@@ -295,18 +294,18 @@ def _bitsandbytes_installed() -> bool:
     return importlib.util.find_spec("bitsandbytes") is not None
 
 
-def _bitsandbytes_version() -> tuple[int, ...]:
+def _bitsandbytes_version() -> str:
     from importlib.metadata import version
 
-    return tuple(int(p) for p in version("bitsandbytes").split(".")[:2] if p.isdigit())
+    return version("bitsandbytes")
 
 
 def _bitsandbytes_problems(flag: str) -> list[str]:
     """Why `flag` cannot use bitsandbytes here: not installed, or too old for the CPU."""
     if not _bitsandbytes_installed():
         return [f"{flag} needs bitsandbytes, which is not installed: {BNB_HINT}"]
-    if not _cuda_available() and _bitsandbytes_version() < BNB_CPU_VERSION:
-        have = ".".join(map(str, _bitsandbytes_version()))
+    have = _bitsandbytes_version()
+    if not bitsandbytes_runs_here(have, cuda=_cuda_available()):
         return [
             f"{flag} without a CUDA GPU needs bitsandbytes 0.50 or newer (its CPU backend), "
             f"found {have}: {BNB_HINT}"
