@@ -31,10 +31,18 @@ class _Probe:
         self.base_layers: set[str] = set()
         self.trainable: set[str] = set()
         self.dtypes: set[torch.dtype] = set()
+        self.mixed_precision = ""
+        self.optimizer = ""
         outer = self
 
         class _CB(TrainerCallback):
             def on_train_begin(self, args, state, control, model=None, **kwargs):
+                from accelerate.state import AcceleratorState
+
+                outer.mixed_precision = AcceleratorState().mixed_precision
+                opt = kwargs["optimizer"]
+                opt = getattr(opt, "optimizer", opt)  # inside accelerate's wrapper
+                outer.optimizer = f"{type(opt).__module__}.{type(opt).__name__}"
                 outer.before = {k: v.detach().clone() for k, v in model.named_parameters()}
                 outer.trainable = {k for k, v in model.named_parameters() if v.requires_grad}
                 outer.base_layers = {
@@ -118,7 +126,8 @@ def test_quantised_base_trains_lora_on_cpu_with_8bit_adamw(
     assert probe.trainable and all("lora_" in k for k in probe.trainable)
     moved = probe.moved()
     assert moved and moved <= probe.trainable
-    assert probe.dtypes == {torch.float32}  # no mixed precision asked
+    assert probe.dtypes == {torch.float32} and probe.mixed_precision == "no"
+    assert probe.optimizer == "bitsandbytes.optim.adamw.AdamW"  # its 8-bit AdamW
     assert {k for k in probe.trainable if "lora_B" in k} <= moved
     losses = _losses(out)
     assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) for v in losses.values())
@@ -148,7 +157,9 @@ def test_quantised_base_trains_lora_on_cpu_with_8bit_adamw(
     assert (final / "adapter_config.json").is_file()
 
 
-@pytest.mark.parametrize("method", [(), ("--use_lora",), ("--use_4bit",)])
+@pytest.mark.parametrize(
+    "method", [(), ("--use_lora", "--regression_manifest", "REGRESSION"), ("--use_4bit",)]
+)
 def test_bf16_mixed_precision_trains_and_evaluates_on_cpu(
     method: tuple[str, ...],
     tiny_whisper_dir: Path,
@@ -156,6 +167,8 @@ def test_bf16_mixed_precision_trains_and_evaluates_on_cpu(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Scoring the regression set before training once switched the run's bf16 off.
+    method = tuple(str(tone_manifest) if m == "REGRESSION" else m for m in method)
     probe = _watch(monkeypatch)
     out = tmp_path / "run"
     argv = _argv(tiny_whisper_dir, tone_manifest, out, "--bf16", *method, "--max_steps", "2")
@@ -164,7 +177,7 @@ def test_bf16_mixed_precision_trains_and_evaluates_on_cpu(
     assert main(argv) == 0
 
     # Trained under bf16 autocast (the weights, and so the saved model, stay fp32).
-    assert probe.dtypes == {torch.bfloat16}
+    assert probe.dtypes == {torch.bfloat16} and probe.mixed_precision == "bf16"
     assert probe.moved() and {probe.after[k].dtype for k in probe.trainable} == {torch.float32}
     losses = _losses(out)
     assert sorted(losses) == [1, 2] and all(math.isfinite(v) for v in losses.values())

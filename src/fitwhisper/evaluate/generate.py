@@ -105,6 +105,9 @@ def evaluate_model(
         )
         gen = model.generation_config
         saved_language = gen.language
+        # accelerate marks a model it prepared and never prepares it again: a training
+        # Trainer built on this model later would skip its mixed-precision autocast.
+        was_prepared = getattr(model, "_is_accelerate_prepared", False)
         try:
             for lang, idx in groups:
                 part = dataset
@@ -117,6 +120,8 @@ def evaluate_model(
                     hyps[i] = to_script(text, cfg.output_script)
         finally:
             gen.language = saved_language
+            if not was_prepared:
+                model.__dict__.pop("_is_accelerate_prepared", None)
     return EvalResult(
         score=score(list(references), hyps, metric, norm),
         references=tuple(references),

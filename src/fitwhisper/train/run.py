@@ -113,12 +113,15 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
     resumed_step = None if resume_from is None else resume.step_of(resume_from)
+    if regression is not None:
+        # The starting weights (Trainer loads a checkpoint later). Scored before the
+        # training Trainer exists: the scoring Trainer rewrites accelerate's shared state
+        # (mixed precision "no"), which would silently turn the run's bf16/fp16 off.
+        regression.score_before(model)
     trainer = setup.trainer(
         model, processor, data, model_cfg, data_cfg, train_cfg, precision,
         fingerprint=fingerprint, callbacks=callbacks, resumed_step=resumed_step,
     )  # fmt: skip
-    if regression is not None:
-        regression.score_before(trainer.model)  # the starting weights: Trainer loads later
 
     # 7. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
     #    resuming; a run resumed at its last step only loads that checkpoint) and save a
