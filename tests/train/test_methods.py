@@ -327,6 +327,29 @@ def test_full_fine_tuning_keeps_encoder_positions_fixed(tiny_whisper_dir: Path) 
     assert model.model.decoder.layers[0].fc1.weight.requires_grad
 
 
+def test_adamw_8bit_on_cpu_warns_that_it_is_slow(
+    tiny_whisper_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from transformers import WhisperForConditionalGeneration
+
+    logging.getLogger("fitwhisper").addHandler(caplog.handler)  # the CLI stops propagation
+    monkeypatch.setattr(methods, "_cuda_available", lambda: False)
+    model = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir)
+
+    def warned(train_cfg: TrainConfig) -> set[str]:
+        caplog.clear()
+        methods.prepare_for_training(model, ModelConfig(), train_cfg)
+        return {r.getMessage() for r in caplog.records if "adamw_8bit" in r.getMessage()}
+
+    try:
+        assert len(slow := warned(TrainConfig(optim="adamw_8bit"))) == 1
+        assert "on CPU" in slow.pop() and warned(TrainConfig()) == set()
+    finally:
+        logging.getLogger("fitwhisper").removeHandler(caplog.handler)
+
+
 def test_target_modules_flag_takes_commas_and_repeats(tmp_path: Path) -> None:
     from fitwhisper.cli import build_parser
     from fitwhisper.cli.flags import build_config, load_config_file
