@@ -143,3 +143,15 @@ def test_one_transcribe_call_resolves_the_model_spec_once(
     )  # fmt: skip
     assert code == 0
     assert calls == [str(tiny_whisper_dir)]
+
+
+def test_transformers_engine_loads_a_multilingual_model_without_a_language(
+    tiny_multilingual_dir: Path,
+) -> None:
+    # The offline base's generation config (which the tiny model copies) has no `language`:
+    # reading it once crashed `--engine transformers` without `--language`.
+    from fitwhisper.transcribe.hf_engine import TransformersEngine
+    from fitwhisper.transcribe.options import TranscribeOptions
+
+    engine = TransformersEngine(str(tiny_multilingual_dir), TranscribeOptions(), "cpu")
+    assert engine.multilingual and engine.language is None

@@ -63,8 +63,9 @@ class TransformersEngine:
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False))
         # A fine-tune's generation config carries its language: that is the default.
+        # (The offline models' generation configs have no `language` attribute at all.)
         self.language = language_for(self.model, opts.language) or (
-            gen.language if self.multilingual else None
+            getattr(gen, "language", None) if self.multilingual else None
         )
         lang_to_id = getattr(gen, "lang_to_id", None) or {}
         self._lang_of_id = {v: k.strip("<|>") for k, v in lang_to_id.items()}
