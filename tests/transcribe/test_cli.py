@@ -155,3 +155,98 @@ def test_transformers_engine_loads_a_multilingual_model_without_a_language(
 
     engine = TransformersEngine(str(tiny_multilingual_dir), TranscribeOptions(), "cpu")
     assert engine.multilingual and engine.language is None
+
+
+def _refuse_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any model resolution or audio decoding fails the test."""
+    import fitwhisper.models.resolve as resolve
+    import fitwhisper.transcribe.run as run
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("reached model loading or audio decoding")
+
+    monkeypatch.setattr(resolve, "resolve_model", refuse)
+    monkeypatch.setattr(run, "load_audio", refuse)
+    monkeypatch.setattr(run, "probe_audio", refuse)
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("missing/out.srt", "missing does not exist, so nothing could be written"),
+        ("a-file/out.srt", "a-file is not a folder"),
+        ("a-folder", "is a folder"),
+    ],
+)
+def test_an_output_file_that_cannot_be_written_fails_before_any_work(
+    where: str,
+    message: str,
+    tmp_path: Path,
+    make_tone,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    _refuse_work(monkeypatch)
+    out = tmp_path / where
+    assert (
+        main(["transcribe", "--model", "offline/tiny.en", str(good), "--output_file", str(out)])
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert f"error: --output_file {out}" in err and message in err and "hint: " in err
+    assert "Traceback" not in err
+    assert sorted(tmp_path.rglob("*")) == before  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("a-file", "a-file is a file, not a folder"),
+        ("a-file/sub/dir", "cannot be made: {tmp}/a-file is a file, not a folder"),
+    ],
+)
+def test_an_output_dir_that_is_a_file_fails_before_any_work(
+    where: str,
+    message: str,
+    tmp_path: Path,
+    make_tone,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    (tmp_path / "a-file").write_text("not a folder")
+    before = sorted(tmp_path.rglob("*"))
+    _refuse_work(monkeypatch)
+    out = tmp_path / where
+    assert (
+        main(["transcribe", "--model", "offline/tiny.en", str(good), "--output_dir", str(out)]) == 1
+    )
+    err = capsys.readouterr().err
+    assert f"error: --output_dir {out}" in err and message.format(tmp=tmp_path) in err
+    assert "hint: " in err and "Traceback" not in err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_an_output_dir_without_write_permission_fails_before_any_work(
+    tmp_path: Path, make_tone, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Root writes anywhere, so permission is what os.access answers: make it answer no.
+    import os
+
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != locked and real_access(p, mode))
+    _refuse_work(monkeypatch)
+    code = main(["transcribe", "--model", "offline/tiny.en", str(good),
+                 "--output_dir", str(locked / "subs")])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"cannot write in {locked} (permission denied)" in err
+    assert not (locked / "subs").exists()
+

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if not job.audio and not job.audio_list:
         raise ConfigError("no audio given", hint="pass files or folders, or --audio_list FILE")
     formats = _formats(job.output_format, job.output_file)
+    _check_outputs(job.output_dir, job.output_file)
     check_output_script(opts.output_script)
     files, problems = collect_inputs(job.audio, job.audio_list)
     for problem in problems:
@@ -145,6 +146,51 @@ def _formats(spec: str | None, output_file: str | None) -> list[str]:
             "--output_file takes one format", hint="use --output_dir for several formats"
         )
     return names
+
+
+def _check_outputs(output_dir: str | None, output_file: str | None) -> None:
+    """Refuse outputs that cannot be written before a model loads or audio is decoded, and
+    create nothing: a missing --output_dir is made later, once there is text to write."""
+    import os
+
+    from fitwhisper.errors import ConfigError
+
+    if output_file:
+        path = Path(output_file)
+        folder = path.parent
+        if path.is_dir():
+            raise ConfigError(
+                f"--output_file {output_file} is a folder",
+                hint="name a file, or pass --output_dir for a folder",
+            )
+        if not folder.is_dir():
+            what = "is not a folder" if folder.exists() else "does not exist"
+            raise ConfigError(
+                f"--output_file {output_file}: {folder} {what}, so nothing could be written",
+                hint=f"create the folder first (mkdir -p {folder}), or name a file in an "
+                "existing one",
+            )
+        if not os.access(folder, os.W_OK | os.X_OK) or (
+            path.exists() and not os.access(path, os.W_OK)
+        ):
+            raise ConfigError(
+                f"--output_file {output_file} cannot be written (permission denied)",
+                hint="name a file in a folder you can write to",
+            )
+    if output_dir:
+        folder = Path(output_dir)
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            where = "is a file" if existing == folder else f"cannot be made: {existing} is a file"
+            raise ConfigError(
+                f"--output_dir {output_dir} {where}, not a folder",
+                hint="name a folder (it is created if missing), or pass --output_file for one file",
+            )
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"--output_dir {output_dir}: cannot write in {existing} (permission denied)",
+                hint="name a folder you can write to",
+            )
 
 
 def _unique_stems(files: list[Path]) -> dict[str, str]:
