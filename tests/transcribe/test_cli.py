@@ -12,8 +12,9 @@ import soundfile
 
 from fitwhisper.cli import main
 
-# A random model writes until the token limit: keep that short.
-FAST = ["--no_temperature_fallback", "--threads", "2", "--max_new_tokens", "24"]
+# A random model writes until the token limit: keep that short. The tones here are not
+# speech: voice activity detection would leave nothing to decode.
+FAST = ["--no_temperature_fallback", "--threads", "2", "--max_new_tokens", "24", "--no_vad"]
 
 
 def test_bad_inputs_are_reported_one_by_one_and_the_rest_transcribed(
@@ -250,3 +251,13 @@ def test_an_output_dir_without_write_permission_fails_before_any_work(
     assert f"cannot write in {locked} (permission denied)" in err
     assert not (locked / "subs").exists()
 
+
+def test_batched_mode_without_vad_is_refused_before_any_work(
+    tmp_path: Path, make_tone, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    _refuse_work(monkeypatch)
+    code = main(["transcribe", "--model", "offline/tiny.en", str(good), "--mode", "batched",
+                 "--no_vad"])  # fmt: skip
+    assert code == 1
+    assert "--mode batched cuts files at the pauses" in capsys.readouterr().err

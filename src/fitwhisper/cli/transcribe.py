@@ -61,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
     formats = _formats(job.output_format, job.output_file)
     _check_outputs(job.output_dir, job.output_file)
     check_output_script(opts.output_script)
+    if opts.mode == "batched" and not opts.vad:
+        raise ConfigError(
+            "--mode batched cuts files at the pauses voice activity detection finds; it "
+            "cannot run with --no_vad",
+            hint="drop --no_vad, or pass --mode sequential to decode every window",
+        )
     files, problems = collect_inputs(job.audio, job.audio_list)
     for problem in problems:
         print(problem.format(), file=sys.stderr)
