@@ -5,6 +5,7 @@ with `--mode sequential` (ct2) and 153 on the transformers engine (base: 20 and 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -60,6 +61,29 @@ def test_silence_and_noise_give_no_text(
         data = json.loads((out / f"{f.stem}.json").read_text())
         assert data["text"] == "" and data["segments"] == [], (f.stem, data["segments"][:3])
         assert (out / f"{f.stem}.srt").read_text() == ""
+
+
+def test_without_vad_the_loop_guard_still_cuts_the_you_cues(
+    quiet_files: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """--no_vad decodes the silence window by window, as before the fix (43 "you" cues):
+    all but the first `MAX_REPEATS` are dropped, and the log says how many."""
+    from fitwhisper.transcribe.repeats import MAX_REPEATS
+
+    silence = quiet_files[0]
+    monkeypatch.setattr(logging.getLogger("fitwhisper"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="fitwhisper"):
+        code = main(["transcribe", "--model", MODEL, "--engine", "ct2", "--no_vad",
+                     str(silence), "--output_dir", str(tmp_path), "--output_format", "json",
+                     "--threads", "2"])  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / f"{silence.stem}.json").read_text())
+    texts = [s["text"] for s in data["segments"]]
+    assert 0 < len(texts) <= MAX_REPEATS  # tiny.en does write "you" here
+    assert f"{silence}: dropped " in caplog.text and "(a hallucination loop)" in caplog.text
 
 
 def _sentence(shared_data: Path, name: str) -> tuple[np.ndarray, str]:
