@@ -5,7 +5,7 @@ with `--mode sequential` (ct2) and 153 on the transformers engine (base: 20 and 
 from __future__ import annotations
 
 import json
-import logging
+import sys
 import time
 from pathlib import Path
 
@@ -64,26 +64,43 @@ def test_silence_and_noise_give_no_text(
 
 
 def test_without_vad_the_loop_guard_still_cuts_the_you_cues(
-    quiet_files: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    quiet_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--no_vad decodes the silence window by window, as before the fix (43 "you" cues):
     all but the first `MAX_REPEATS` are dropped, and the log says how many."""
     from fitwhisper.transcribe.repeats import MAX_REPEATS
 
     silence = quiet_files[0]
-    monkeypatch.setattr(logging.getLogger("fitwhisper"), "propagate", True)
-    with caplog.at_level(logging.WARNING, logger="fitwhisper"):
-        code = main(["transcribe", "--model", MODEL, "--engine", "ct2", "--no_vad",
-                     str(silence), "--output_dir", str(tmp_path), "--output_format", "json",
-                     "--threads", "2"])  # fmt: skip
+    code = main(["transcribe", "--model", MODEL, "--engine", "ct2", "--no_vad",
+                 str(silence), "--output_dir", str(tmp_path), "--output_format", "json",
+                 "--threads", "2"])  # fmt: skip
     assert code == 0
     data = json.loads((tmp_path / f"{silence.stem}.json").read_text())
     texts = [s["text"] for s in data["segments"]]
     assert 0 < len(texts) <= MAX_REPEATS  # tiny.en does write "you" here
-    assert f"{silence}: dropped " in caplog.text and "(a hallucination loop)" in caplog.text
+    err = capsys.readouterr().err
+    assert f"{silence}: dropped " in err and "(a hallucination loop)" in err
+
+
+def test_without_faster_whisper_the_energy_gate_drops_digital_silence(
+    quiet_files: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fitwhisper.transcribe import speech
+
+    for name in ("faster_whisper", "faster_whisper.vad"):  # import fails, as when absent
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setattr(speech, "_fallback_logged", False)
+    silences = [str(f) for f in quiet_files if f.stem.startswith("silence")]
+    code = main(["transcribe", "--model", MODEL, "--engine", "transformers", *silences,
+                 "--output_dir", str(tmp_path), "--output_format", "json",
+                 "--threads", "2"])  # fmt: skip
+    assert code == 0
+    assert "using an energy gate instead" in capsys.readouterr().err  # the log, on stderr
+    for f in silences:
+        assert json.loads((tmp_path / f"{Path(f).stem}.json").read_text())["segments"] == []
 
 
 def _sentence(shared_data: Path, name: str) -> tuple[np.ndarray, str]:
@@ -95,9 +112,16 @@ def _sentence(shared_data: Path, name: str) -> tuple[np.ndarray, str]:
     return load_audio(folder / name), row["text"]
 
 
-@pytest.mark.parametrize(("engine", "mode"), [("ct2", "sequential"), ("transformers", "auto")])
+@pytest.mark.parametrize(
+    ("engine", "mode", "timestamps"),
+    [
+        ("ct2", "sequential", "segment"),
+        ("ct2", "sequential", "word"),
+        ("transformers", "auto", "segment"),
+    ],
+)
 def test_speech_around_a_long_silence_keeps_its_times(
-    engine: str, mode: str, shared_data: Path, tmp_path: Path
+    engine: str, mode: str, timestamps: str, shared_data: Path, tmp_path: Path
 ) -> None:
     """Decoded without the silence, the speech after it is timed in the file, not in the
     speech-only audio: 40 s of silence between two sentences, nothing written inside."""
@@ -111,7 +135,7 @@ def test_speech_around_a_long_silence_keeps_its_times(
     out = tmp_path / "out"
     code = main(["transcribe", "--model", "offline/base", "--language", "zh", "--engine", engine,
                  "--mode", mode, str(path), "--output_dir", str(out), "--output_format", "json",
-                 "--threads", "2"])  # fmt: skip
+                 "--timestamps", timestamps, "--threads", "2"])  # fmt: skip
     assert code == 0
     segments = json.loads((out / "two.json").read_text())["segments"]
     assert segments, "no text at all"
@@ -120,6 +144,10 @@ def test_speech_around_a_long_silence_keeps_its_times(
         on_a = s["start"] >= 1.5 and s["end"] <= a_end + 0.5
         on_b = s["start"] >= b_start - 0.5 and s["end"] <= b_end + 0.5
         assert on_a or on_b, (s, a_end, b_start, b_end)
+        for w in s.get("words", []):  # word times too, within their segment
+            assert s["start"] <= w["start"] <= w["end"] <= s["end"], (w, s)
+    if timestamps == "word":
+        assert all(s["words"] for s in segments)
     assert any(s["start"] >= b_start - 0.5 for s in segments)  # the second sentence is there
     from fitwhisper.evaluate import make_scorer
     from fitwhisper.scoring import score
@@ -127,5 +155,5 @@ def test_speech_around_a_long_silence_keeps_its_times(
     metric, norm = make_scorer("zh", opencc="t2s")  # base writes either script
     written = "".join(s["text"] for s in segments)
     cer = score([text_a + text_b], [written], metric, norm).normalized
-    print(f"{engine} {mode}: CER {100 * cer:.1f}% ({written})")
+    print(f"{engine} {mode} {timestamps}: CER {100 * cer:.1f}% ({written})")
     assert cer < 0.3, written
