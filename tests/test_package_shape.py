@@ -4,9 +4,8 @@ at the top of a module or inside a function.
 
 Layers, lowest first (a unit may import its own modules and any lower layer):
 
-    0  errors, logs, config, precision, method,    ground: no fitwhisper imports above
-       paths
-    1  scoring, codeswitch
+    0  errors, logs, config, precision, method     ground: no fitwhisper imports above
+    1  scoring, codeswitch, paths
     2  chinese_script, models
     3  data, memory
     4  evaluate, transcribe
@@ -24,8 +23,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
-    **dict.fromkeys(("errors", "logs", "config", "precision", "method", "paths", "__init__"), 0),
-    **dict.fromkeys(("scoring", "codeswitch"), 1),
+    **dict.fromkeys(("errors", "logs", "config", "precision", "method", "__init__"), 0),
+    **dict.fromkeys(("scoring", "codeswitch", "paths"), 1),
     **dict.fromkeys(("chinese_script", "models"), 2),
     **dict.fromkeys(("data", "memory"), 3),
     **dict.fromkeys(("evaluate", "transcribe"), 4),

@@ -5,7 +5,8 @@ module imports a layer above its own (tests/test_package_shape.py):
 
 - ground: `errors` (user errors with hints), `logs`, `config` (the option dataclasses
   every flag comes from), `precision` (fp32, fp16 or bf16 for a run), `method` (full,
-  LoRA, 8-bit, 4-bit), `paths` (output folders and files checked before the work)
+  LoRA, 8-bit, 4-bit)
+- `paths` (output folders checked before the work, storage failures told as such)
 - text: `scoring` (normalisers, WER/CER/MER), `codeswitch` (language tokens),
   `chinese_script` (Traditional and Simplified characters, conversion)
 - `models/` (resolve, load, convert), `data/` (manifests, audio, check, batches),

@@ -61,8 +61,10 @@ def file_problem(path: str | Path, what: str) -> str | None:
     path = Path(path).expanduser()
     if path.is_dir():
         return f"{what} {path} is a folder, not a file"
+    if path.parent.exists() and not path.parent.is_dir():
+        return f"{what} {path}: {path.parent} is not a folder"
     if not path.parent.is_dir():
-        return f"{what} {path}: the folder {path.parent} does not exist"
+        return f"{what} {path}: {path.parent} does not exist, so nothing could be written"
     return folder_problem(path.parent, what)
 
 

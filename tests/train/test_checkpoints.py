@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.train.test_resume import _losses, _train_argv
 
 from fitwhisper.cli import main
 from fitwhisper.train.checkpoints import (
@@ -80,25 +81,8 @@ def test_rotation_keeps_the_newest_whole_and_the_best_and_drops_husks_first(
 
 
 def _argv(model: Path, manifest: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "train",
-        "--model", str(model),
-        "--train_manifest", str(manifest),
-        "--output_dir", str(out),
-        "--logging_steps", "1",
-        "--save_strategy", "steps",
-        "--save_steps", "2",
-        "--learning_rate", "1e-3",
-        "--per_device_train_batch_size", "1",
-        "--seed", "0",
-        "-q",
-        *extra,
-    ]  # fmt: skip
-
-
-def _losses(run: Path) -> dict[int, tuple[float, float]]:
-    state = json.loads((run / "trainer_state.json").read_text())
-    return {e["step"]: (e["loss"], e["grad_norm"]) for e in state["log_history"] if "loss" in e}
+    # Batch 1 over six clips: six steps an epoch, so the runs here end mid-epoch.
+    return _train_argv(model, manifest, out, "--per_device_train_batch_size", "1", *extra)
 
 
 def _weights(folder: Path) -> dict:

@@ -12,8 +12,9 @@ import soundfile
 
 from fitwhisper.cli import main
 
-# A random model writes until the token limit: keep that short.
-FAST = ["--no_temperature_fallback", "--threads", "2", "--max_new_tokens", "24"]
+# A random model writes until the token limit: keep that short. The tones here are not
+# speech: voice activity detection would leave nothing to decode.
+FAST = ["--no_temperature_fallback", "--threads", "2", "--max_new_tokens", "24", "--no_vad"]
 
 
 def test_bad_inputs_are_reported_one_by_one_and_the_rest_transcribed(
@@ -143,3 +144,126 @@ def test_one_transcribe_call_resolves_the_model_spec_once(
     )  # fmt: skip
     assert code == 0
     assert calls == [str(tiny_whisper_dir)]
+
+
+def test_transformers_engine_loads_a_multilingual_model_without_a_language(
+    tiny_multilingual_dir: Path,
+) -> None:
+    # The offline base's generation config (which the tiny model copies) has no `language`:
+    # reading it once crashed `--engine transformers` without `--language`.
+    from fitwhisper.transcribe.hf_engine import TransformersEngine
+    from fitwhisper.transcribe.options import TranscribeOptions
+
+    engine = TransformersEngine(str(tiny_multilingual_dir), TranscribeOptions(), "cpu")
+    assert engine.multilingual and engine.language is None
+
+
+def _refuse_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any model resolution or audio decoding fails the test."""
+    import fitwhisper.models.resolve as resolve
+    import fitwhisper.transcribe.run as run
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("reached model loading or audio decoding")
+
+    monkeypatch.setattr(resolve, "resolve_model", refuse)
+    monkeypatch.setattr(run, "load_audio", refuse)
+    monkeypatch.setattr(run, "probe_audio", refuse)
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("missing/out.srt", "missing does not exist, so nothing could be written"),
+        ("a-file/out.srt", "a-file is not a folder"),
+        ("a-folder", "is a folder"),
+    ],
+)
+def test_an_output_file_that_cannot_be_written_fails_before_any_work(
+    where: str,
+    message: str,
+    tmp_path: Path,
+    make_tone,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    _refuse_work(monkeypatch)
+    out = tmp_path / where
+    assert (
+        main(["transcribe", "--model", "offline/tiny.en", str(good), "--output_file", str(out)])
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert f"error: --output_file {out}" in err and message in err and "hint: " in err
+    assert "Traceback" not in err
+    assert sorted(tmp_path.rglob("*")) == before  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("a-file", "a-file is a file, not a folder"),
+        ("a-file/sub/dir", "cannot be made: {tmp}/a-file is a file, not a folder"),
+    ],
+)
+def test_an_output_dir_that_is_a_file_fails_before_any_work(
+    where: str,
+    message: str,
+    tmp_path: Path,
+    make_tone,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    (tmp_path / "a-file").write_text("not a folder")
+    before = sorted(tmp_path.rglob("*"))
+    _refuse_work(monkeypatch)
+    out = tmp_path / where
+    assert (
+        main(["transcribe", "--model", "offline/tiny.en", str(good), "--output_dir", str(out)]) == 1
+    )
+    err = capsys.readouterr().err
+    assert f"error: --output_dir {out}" in err and message.format(tmp=tmp_path) in err
+    assert "hint: " in err and "Traceback" not in err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_an_output_dir_without_write_permission_fails_before_any_work(
+    tmp_path: Path, make_tone, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Root writes anywhere, so the write probe is what answers: make it fail in `locked`.
+    import tempfile
+
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == locked:
+            raise PermissionError(13, "Permission denied")
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    _refuse_work(monkeypatch)
+    code = main(["transcribe", "--model", "offline/tiny.en", str(good),
+                 "--output_dir", str(locked / "subs")])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"cannot be written: {locked}: Permission denied" in err
+    assert not (locked / "subs").exists()
+
+
+def test_batched_mode_without_vad_is_refused_before_any_work(
+    tmp_path: Path, make_tone, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = make_tone(tmp_path / "good.wav", 1.0)
+    _refuse_work(monkeypatch)
+    code = main(["transcribe", "--model", "offline/tiny.en", str(good), "--mode", "batched",
+                 "--no_vad"])  # fmt: skip
+    assert code == 1
+    assert "--mode batched cuts files at the pauses" in capsys.readouterr().err

@@ -36,9 +36,10 @@ def _texts(spec: str | Path, clips: list[Path]) -> tuple[list[str], object]:
     from fitwhisper.transcribe.hf_engine import TransformersEngine
     from fitwhisper.transcribe.options import TranscribeOptions
 
-    # A random model writes until the token limit: keep that short.
+    # A random model writes until the token limit: keep that short. Tones are not speech:
+    # without --no_vad nothing would be decoded.
     opts = TranscribeOptions(
-        language="zh", timestamps="none", temperature_fallback=False, max_new_tokens=24
+        language="zh", timestamps="none", temperature_fallback=False, max_new_tokens=24, vad=False
     )
     engine = TransformersEngine(str(spec), opts, "cpu")
     ts = engine.transcribe([str(c) for c in clips], [load_audio(c) for c in clips])

@@ -59,7 +59,14 @@ def run(args: argparse.Namespace) -> int:
     if not job.audio and not job.audio_list:
         raise ConfigError("no audio given", hint="pass files or folders, or --audio_list FILE")
     formats = _formats(job.output_format, job.output_file)
+    _check_outputs(job.output_dir, job.output_file)
     check_output_script(opts.output_script)
+    if opts.mode == "batched" and not opts.vad:
+        raise ConfigError(
+            "--mode batched cuts files at the pauses voice activity detection finds; it "
+            "cannot run with --no_vad",
+            hint="drop --no_vad, or pass --mode sequential to decode every window",
+        )
     files, problems = collect_inputs(job.audio, job.audio_list)
     for problem in problems:
         print(problem.format(), file=sys.stderr)
@@ -145,6 +152,27 @@ def _formats(spec: str | None, output_file: str | None) -> list[str]:
             "--output_file takes one format", hint="use --output_dir for several formats"
         )
     return names
+
+
+def _check_outputs(output_dir: str | None, output_file: str | None) -> None:
+    """Refuse outputs that cannot be written before a model loads or audio is decoded, and
+    create nothing: a missing --output_dir is made later, once there is text to write."""
+    from fitwhisper.errors import ConfigError
+    from fitwhisper.paths import file_problem, folder_problem
+
+    if output_file and (why := file_problem(output_file, "--output_file")) is not None:
+        folder = Path(output_file).parent
+        raise ConfigError(
+            why,
+            hint=f"name a file in a folder you can write (mkdir -p {folder} if it is missing), "
+            "or pass --output_dir for a folder",
+        )
+    if output_dir and (why := folder_problem(output_dir, "--output_dir")) is not None:
+        raise ConfigError(
+            why,
+            hint="name a folder you can write (it is created if missing), or pass "
+            "--output_file for one file",
+        )
 
 
 def _unique_stems(files: list[Path]) -> dict[str, str]:

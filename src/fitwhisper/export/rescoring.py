@@ -75,12 +75,14 @@ def rescore(
     ).rows
     cfg = EvalConfig(language=language, batch_size=batch_size, opencc=opencc)
     source = evaluate_rows(source_model, processor, rows, cfg)
+    # Every clip decoded whole, as evaluate decodes it for the source: no VAD in between.
     opts = TranscribeOptions(
         language=language,
         timestamps="none",
         temperature_fallback=False,
         condition_on_previous_text=False,
         batch_size=batch_size,
+        vad=False,
     )
     engine = CT2Engine(exported, opts, device)
     texts = [

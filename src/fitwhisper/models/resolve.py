@@ -199,7 +199,7 @@ def _resolve_folder(spec: str, path: Path) -> ResolvedModel:
         except ValueError as e:
             raise ModelLoadError(f"{config_file} is not valid JSON ({e})") from e
         if model_type == "whisper":
-            _check_weights(path)
+            # No weights check here: `plan` and `doctor` read a config-only folder.
             return ResolvedModel(spec, "transformers_dir", path)
         if model_type is not None or not has_ct2:
             raise ModelLoadError(
@@ -232,7 +232,8 @@ WEIGHT_FILES = (
 )
 
 
-def _check_weights(path: Path) -> None:
+def check_weights(path: Path) -> None:
+    """Raise ModelLoadError when a transformers folder holds no weights file."""
     if any((path / name).is_file() for name in WEIGHT_FILES):
         return
     raise ModelLoadError(

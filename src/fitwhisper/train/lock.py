@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import socket
 import sys
@@ -21,8 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fitwhisper.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 LOCK_FILE = ".fitwhisper.lock"
 

@@ -221,7 +221,11 @@ def train_or_finish(trainer, resume_from: Path | None, n_rows: int) -> tuple[int
     if resume_from is None:
         out = trainer.train()
         return out.global_step, out.training_loss
-    total, _ = planned_steps(trainer.args, n_rows)
+    args = trainer.args
+    effective = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    total, _ = planned_steps(
+        n_rows, effective * max(args.world_size, 1), args.max_steps, args.num_train_epochs
+    )
     step = step_of(resume_from)
     if step < total:
         out = trainer.train(resume_from_checkpoint=str(resume_from))

@@ -26,9 +26,12 @@ class RunData:
 
 def resolve(model_cfg: ModelConfig):
     """The model spec resolved once; processor and model load from the result."""
-    from fitwhisper.models.resolve import resolve_model
+    from fitwhisper.models.resolve import check_weights, resolve_model
 
-    return resolve_model(model_cfg.model, **_hub(model_cfg))
+    resolved = resolve_model(model_cfg.model, **_hub(model_cfg))
+    if resolved.kind == "transformers_dir":
+        check_weights(Path(resolved.path_or_id))  # before the run folder is made
+    return resolved
 
 
 def processor(resolved, model_cfg: ModelConfig):

@@ -126,7 +126,7 @@ def log_plan(
 ) -> None:
     processes = max(args.world_size, 1)
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
-    steps, steps_per_epoch = planned_steps(args, n_rows)
+    steps, steps_per_epoch = planned_steps(n_rows, effective, cfg.max_steps, cfg.num_train_epochs)
     epochs = steps / steps_per_epoch if cfg.max_steps > 0 else cfg.num_train_epochs
     log.info(
         "effective batch = %d x %d x %d process(es) = %d; %d %s; "
@@ -151,15 +151,15 @@ def log_plan(
         )
 
 
-def planned_steps(args, n_rows: int) -> tuple[int, int]:
+def planned_steps(
+    n_rows: int, effective_batch: int, max_steps: int, epochs: float
+) -> tuple[int, int]:
     """The optimizer steps a run makes in all, and per epoch, as Trainer counts them."""
-    processes = max(args.world_size, 1)
-    effective = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
     # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
-    per_epoch = max(1, -(-n_rows // effective))
-    if args.max_steps > 0:
-        return args.max_steps, per_epoch
-    return math.ceil(per_epoch * args.num_train_epochs), per_epoch
+    per_epoch = max(1, -(-n_rows // effective_batch))
+    if max_steps > 0:
+        return max_steps, per_epoch
+    return math.ceil(per_epoch * epochs), per_epoch
 
 
 def free_training_memory(trainer) -> None:

@@ -3,14 +3,17 @@
 Files longer than 30 s run through faster-whisper's `BatchedInferencePipeline`
 (voice-activity chunks decoded in batches; `--mode auto` and `batched`) or, with
 `--mode sequential`, its `WhisperModel.transcribe` (Whisper's sequential long-form
-algorithm). Clips of up to 30 s are batched *across files*:
-they are laid end to end and handed to `BatchedInferencePipeline` with one
-`clip_timestamps` entry per file, so each is decoded whole, in batches of `--batch_size`,
-by faster-whisper's own code; the segments are mapped back to their files.
+algorithm) on the file's speech only (`speech.find_speech`: faster-whisper's `vad_filter`,
+done here), its times mapped back onto the file by `Speech.span`.
+Clips of up to 30 s are batched *across files*: those with speech are laid end to end and
+handed to `BatchedInferencePipeline` with one `clip_timestamps` entry per file, so each is
+decoded whole, in batches of `--batch_size`, by faster-whisper's own code; the segments are
+mapped back to their files. A file without speech is not decoded.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -22,6 +25,7 @@ from fitwhisper.data.audio import SAMPLE_RATE_HZ
 from fitwhisper.models.ct2_export import EXPORT_INFO  # the export's source, language, task
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class CT2Engine:
         )
         self.pipeline = BatchedInferencePipeline(self.model)
         self.opts = opts
+        self.speech_method = speech_method() if opts.vad else None
         info = _export_info(Path(folder))
         multilingual = self.model.model.is_multilingual
         wanted = opts.language or info.get("language")
@@ -64,7 +69,18 @@ class CT2Engine:
         """Transcribe a batch; `progress(seconds)` is called as audio is done."""
         progress = progress or (lambda _s: None)
         results: dict[int, Transcript] = {}
-        short = [i for i, a in enumerate(audios) if len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ]
+        speech: dict[int, Speech] = {}
+        for i, audio in enumerate(audios):
+            if self.speech_method and not self._pipeline_cuts(len(audio)):
+                speech[i] = find_speech(audio, self.speech_method)
+                if not speech[i].regions:  # nothing to decode: no text, not even "you"
+                    results[i] = self._nothing(names[i], len(audio) / SAMPLE_RATE_HZ)
+                    progress(results[i].duration_s)
+        short = [
+            i
+            for i, a in enumerate(audios)
+            if i not in results and len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ
+        ]
         # Across-file batching needs one prompt language for the batch.
         if self.opts.mode != "sequential" and self.language and len(short) > 1:
             batch = self._short_batched(
@@ -73,7 +89,7 @@ class CT2Engine:
             results.update(zip(short, batch, strict=True))
         for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
             if i not in results:
-                results[i] = self._one_file(name, audio, progress)
+                results[i] = self._one_file(name, audio, progress, speech.get(i))
         return [results[i] for i in range(len(audios))]
 
     # --- helpers --------------------------------------------------------------------------
@@ -94,16 +110,29 @@ class CT2Engine:
             max_new_tokens=o.max_new_tokens,
         )
 
-    def _one_file(self, name: str, audio: np.ndarray, progress) -> Transcript:
+    def _pipeline_cuts(self, samples: int) -> bool:
+        """Whether a file this long goes to the batched pipeline, which finds its speech
+        itself (Silero VAD, cutting at pauses); `--mode auto` is batched only with VAD."""
+        mode = self.opts.mode
+        batched = mode == "batched" or (mode == "auto" and self.opts.vad)
+        return batched and samples > SHORT_CLIP_S * SAMPLE_RATE_HZ
+
+    def _nothing(self, name: str, duration: float) -> Transcript:
+        return Transcript(name, (), self.language, duration, engine=self.name)
+
+    def _one_file(
+        self, name: str, audio: np.ndarray, progress, speech: Speech | None
+    ) -> Transcript:
         o = self.opts
         duration = len(audio) / SAMPLE_RATE_HZ
         # auto: batched, the faster at equal CER on CPU (bench/RESULTS-transcribe.md).
-        if o.mode != "sequential" and duration > SHORT_CLIP_S:
+        if self._pipeline_cuts(len(audio)):
             segments, info = self.pipeline.transcribe(
                 audio,
                 batch_size=o.batch_size,
                 without_timestamps=o.timestamps == "none",
                 temperature=0.0,
+                vad_filter=True,
                 **self._common(),
             )
         else:
@@ -113,19 +142,21 @@ class CT2Engine:
 
             ctranslate2.set_random_seed(SAMPLING_SEED)
             segments, info = self.model.transcribe(
-                audio,
+                audio if speech is None else speech.audio(audio),
                 temperature=list(o.temperatures),
                 condition_on_previous_text=o.condition_on_previous_text,
                 without_timestamps=o.timestamps == "none" and duration <= SHORT_CLIP_S,
                 vad_filter=False,
                 **self._common(),
             )
+        # Decoded from the speech alone: times go back onto the file's.
+        to_file = speech.span if speech is not None else _same
         out, done = [], 0.0
         for s in segments:  # a generator: decoding happens as it is consumed
-            out.append(_segment(len(out), s, 0.0, duration))
-            if s.end > done:
-                progress(min(s.end, duration) - done)
-                done = min(s.end, duration)
+            out.append(_segment(len(out), s, duration, to_file))
+            if out[-1].end > done:
+                progress(out[-1].end - done)
+                done = out[-1].end
         progress(duration - done)
         return Transcript(name, tuple(out), info.language, duration, engine=self.name)
 
@@ -151,7 +182,8 @@ class CT2Engine:
         clip_of_seek = {int(c["start"] * fps): i for i, c in enumerate(clips)}
         for s in segments:
             i = clip_of_seek[s.seek]
-            per_file[i].append(_segment(len(per_file[i]), s, clips[i]["start"], durations[i]))
+            shift = functools.partial(_shifted, clips[i]["start"])
+            per_file[i].append(_segment(len(per_file[i]), s, durations[i], shift))
         results = []
         for name, segs, d in zip(names, per_file, durations, strict=True):
             progress(d)
@@ -167,30 +199,41 @@ def language_code(language: str) -> str:
     return TO_LANGUAGE_CODE.get(text, text)
 
 
-def _segment(i: int, s, offset: float, duration: float) -> Segment:
-    start = min(max(s.start - offset, 0.0), duration)
-    end = min(max(s.end - offset, start), duration)
+def _segment(i: int, s, duration: float, to_file: Callable) -> Segment:
+    """A faster-whisper segment as ours; `to_file(start, end)` maps a decoded stretch onto
+    the file's times (a clip's offset, or the cut-out pauses)."""
+
+    def span(a: float, b: float) -> tuple[float, float]:
+        a, b = to_file(a, b)
+        a = min(max(a, 0.0), duration)
+        return round(a, 3), round(min(max(b, a), duration), 3)
+
     words = None
     if s.words is not None:
         words = tuple(
-            Word(
-                start=round(min(max(w.start - offset, 0.0), duration), 3),
-                end=round(min(max(w.end - offset, 0.0), duration), 3),
-                word=w.word,
-                probability=round(w.probability, 4),
-            )
+            Word(*span(w.start, w.end), word=w.word, probability=round(w.probability, 4))
             for w in s.words
         )
+    # With words, the segment spans them, as faster-whisper's own times do.
+    start, end = (words[0].start, words[-1].end) if words else span(s.start, s.end)
     return Segment(
         id=i,
-        start=round(start, 3),
-        end=round(end, 3),
+        start=start,
+        end=end,
         text=s.text,
         avg_logprob=round(s.avg_logprob, 4),
         no_speech_prob=round(s.no_speech_prob, 4),
         compression_ratio=round(s.compression_ratio, 4),
         words=words,
     )
+
+
+def _same(start: float, end: float) -> tuple[float, float]:
+    return start, end
+
+
+def _shifted(offset: float, start: float, end: float) -> tuple[float, float]:
+    return start - offset, end - offset
 
 
 def _export_info(folder: Path) -> dict:

@@ -5,11 +5,15 @@ Any model the resolver accepts runs here, a LoRA adapter folder included: it loa
 base plus a PeftModel, unmerged. Files longer than 30 s go to `generate` whole, with an
 attention mask, so transformers runs Whisper's sequential algorithm on them (timestamps,
 previous-text conditioning, temperature fallback on compression ratio and log-probability,
-no-speech skipping); shorter files take the same path in one window.
+no-speech skipping); shorter files take the same path in one window. With `--vad` (default)
+a file is first cut to its speech (`speech.find_speech`, as faster-whisper's `vad_filter`
+does): generate sees the speech laid end to end, the segments are mapped back onto the
+file's times, and a file without speech is not decoded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +25,7 @@ from fitwhisper.data.audio import SAMPLE_RATE_HZ
 from fitwhisper.errors import ConfigError
 from fitwhisper.transcribe.formats import Segment, Transcript
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -56,6 +61,7 @@ class TransformersEngine:
             torch.set_num_threads(opts.threads)
         self.opts = opts
         self.device = device
+        self.speech_method = speech_method() if opts.vad else None
         resolved = as_resolved(model)  # once, for the processor and the weights
         self.processor = load_processor(resolved)
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
@@ -63,8 +69,9 @@ class TransformersEngine:
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False))
         # A fine-tune's generation config carries its language: that is the default.
+        # (The offline models' generation configs have no `language` attribute at all.)
         self.language = language_for(self.model, opts.language) or (
-            gen.language if self.multilingual else None
+            getattr(gen, "language", None) if self.multilingual else None
         )
         lang_to_id = getattr(gen, "lang_to_id", None) or {}
         self._lang_of_id = {v: k.strip("<|>") for k, v in lang_to_id.items()}
@@ -80,7 +87,28 @@ class TransformersEngine:
         audios: Sequence[np.ndarray],
         progress: Callable[[float], None] | None = None,
     ) -> list[Transcript]:
-        """Transcribe a batch; `progress(seconds)` is called as audio is done."""
+        """Transcribe a batch; `progress(seconds)` is called as audio is done. With `--vad`,
+        each file's speech alone is decoded (a file without speech not at all) and the
+        segments' times are mapped back onto the file."""
+        method = self.speech_method
+        speech = [find_speech(a, method) if method else None for a in audios]
+        todo = [i for i, sp in enumerate(speech) if sp is None or sp.regions]
+        inputs = [audios[i] if speech[i] is None else speech[i].audio(audios[i]) for i in todo]
+        decoded = dict(zip(todo, self._generate(inputs, progress) if todo else [], strict=True))
+        if progress:  # the audio skipped as silence is done too
+            skipped = sum(len(a) for a in audios) - sum(len(a) for a in inputs)
+            progress(skipped / SAMPLE_RATE_HZ)
+        results = []
+        for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
+            duration = len(audio) / SAMPLE_RATE_HZ
+            segments, lang = decoded.get(i, ((), self._default_language()))
+            if speech[i] is not None:
+                segments = tuple(_to_file_times(s, speech[i], duration) for s in segments)
+            results.append(Transcript(name, segments, lang, duration, engine=self.name))
+        return results
+
+    def _generate(self, audios: Sequence[np.ndarray], progress) -> list[tuple]:
+        """`generate` over the batch: per audio, (segments in its own times, language)."""
         import torch
 
         opts = self.opts
@@ -121,16 +149,22 @@ class TransformersEngine:
         if progress and total > done[0]:
             progress(total - done[0])
         results = []
-        for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
+        for i, audio in enumerate(audios):
             duration = len(audio) / SAMPLE_RATE_HZ
             if plain:
                 text = self.processor.tokenizer.decode(out[i], skip_special_tokens=True)
                 segments = (Segment(0, 0.0, round(duration, 3), text),)
             else:
                 segments = self._segments(out["segments"][i], duration)
-            lang = langs[i] if langs else ("en" if not self.multilingual else None)
-            results.append(Transcript(name, segments, lang, duration, engine=self.name))
+            results.append((segments, langs[i] if langs else self._default_language()))
         return results
+
+    def _default_language(self) -> str | None:
+        """The language of a file not detected: the one asked for, English for an English
+        model, else unknown."""
+        if not self.multilingual:
+            return "en"
+        return self.language.strip("<|>") if self.language else None
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -204,3 +238,11 @@ class TransformersEngine:
         n = int(eos[0]) + 1 if len(eos) else len(tokens)
         logprobs = torch.log_softmax(scores[:n], dim=-1).gather(-1, tokens[:n].unsqueeze(-1))
         return round(float(logprobs.mean()), 4)
+
+
+def _to_file_times(s: Segment, speech: Speech, duration: float) -> Segment:
+    """A segment decoded from the speech-only audio, with its times in the file."""
+    start, end = speech.span(s.start, s.end)
+    start = min(start, duration)
+    end = min(max(end, start), duration)
+    return dataclasses.replace(s, start=round(start, 3), end=round(end, 3))

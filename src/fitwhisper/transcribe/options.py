@@ -100,6 +100,17 @@ class TranscribeOptions:
             "sequential."
         },
     )
+    vad: bool = field(
+        default=True,
+        metadata={
+            "help": "Decode only the speech, found by voice activity detection (Silero, from "
+            "the ct2 extra's faster-whisper; without it an energy gate that skips digital "
+            "silence only): silence and noise give no text, in every mode and engine. Off: "
+            "every window is decoded, where Whisper can write 'you' over silence "
+            "(--mode auto is then sequential).",
+            "negative_aliases": ["--no_vad"],
+        },
+    )
     device: str = field(
         default="auto",
         metadata={"help": "auto, cpu, cuda or cuda:N.", "metavar": "DEVICE"},

@@ -19,6 +19,7 @@ from fitwhisper.errors import ConfigError, FitWhisperError
 from fitwhisper.transcribe.formats import Transcript
 from fitwhisper.transcribe.inputs import InputProblem
 from fitwhisper.transcribe.options import TranscribeOptions
+from fitwhisper.transcribe.repeats import MAX_REPEATS, drop_repeats
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -132,9 +133,25 @@ def transcribe_files(
         if not audios:
             continue
         for t in engine.transcribe(names, audios, progress):
-            on_result(convert_script(t, opts.output_script))
+            on_result(convert_script(without_loops(t), opts.output_script))
             ok += 1
     return ok, failed
+
+
+def without_loops(t: Transcript) -> Transcript:
+    """The transcript without a hallucination loop (the same text, segment after segment,
+    beyond `repeats.MAX_REPEATS`), saying in the log how many segments went."""
+    segments, dropped = drop_repeats(t.segments)
+    if not dropped:
+        return t
+    log.warning(
+        "%s: dropped %d segments repeating the text before them more than %d times "
+        "(a hallucination loop)",
+        t.audio,
+        dropped,
+        MAX_REPEATS,
+    )
+    return dataclasses.replace(t, segments=segments, extra={**t.extra, "repeats_dropped": dropped})
 
 
 def convert_script(t: Transcript, output_script: str | None) -> Transcript:
