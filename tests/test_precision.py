@@ -38,3 +38,27 @@ def test_precision_problems() -> None:
     assert precision_problems(None, True, **CPU) == []
     assert choose_precision(None, True, **CPU) == "bf16"
     assert "Ampere or newer" in precision_problems(None, True, **TURING)[0]
+
+
+@pytest.mark.parametrize(
+    ("capability", "native"), [((7, 5), False), ((8, 0), True), ((9, 0), True), ((6, 1), False)]
+)
+def test_bf16_is_judged_by_the_training_gpus_compute_capability(
+    monkeypatch, capability, native
+) -> None:
+    """A Turing card emulates bf16 (torch.cuda.is_bf16_supported() says yes); auto picks
+    fp16 there. Under torchrun the GPU asked about is LOCAL_RANK's, not the current one."""
+    import torch
+
+    from fitwhisper import precision
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_capability", lambda i=None: asked.append(i) or capability
+    )
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert precision.hardware() == {"cuda": True, "bf16_supported": native}
+    assert asked == [3]
+    assert precision.run_precision(None, None) == ("bf16" if native else "fp16")

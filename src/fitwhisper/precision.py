@@ -53,11 +53,30 @@ def precision_problems(
 
 
 def hardware() -> dict[str, bool]:
-    """The facts `choose_precision` needs about this machine."""
+    """The facts `choose_precision` needs about the GPU this process trains on."""
     import torch
 
     cuda = torch.cuda.is_available()
-    return {"cuda": cuda, "bf16_supported": bool(cuda and torch.cuda.is_bf16_supported())}
+    return {"cuda": cuda, "bf16_supported": cuda and native_bf16(training_device_index())}
+
+
+def native_bf16(index: int) -> bool:
+    """bf16 in hardware (Ampere, compute capability 8.0, or newer) on CUDA device `index`.
+
+    Not `torch.cuda.is_bf16_supported()`: it also counts emulation on older GPUs (slower than
+    fp16 there), and it asks about the current device, which under torchrun is not yet the
+    process's own when the precision is chosen. `plan` and `doctor` judge by the same rule.
+    """
+    import torch
+
+    return torch.cuda.get_device_capability(index) >= (8, 0)
+
+
+def training_device_index() -> int:
+    """The CUDA device this process trains on: LOCAL_RANK under torchrun/accelerate, else 0."""
+    import os
+
+    return int(os.environ.get("LOCAL_RANK", "0") or 0)
 
 
 def run_precision(fp16: bool | None, bf16: bool | None) -> Precision:

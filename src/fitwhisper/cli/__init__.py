@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FitWhisperError as e:
         if common.debug:
             raise
+        if os.environ.get("RANK", "0") not in ("", "0"):
+            return 1  # several processes (torchrun): the main one prints the message
         print(f"error: {e.message}", file=sys.stderr)
         if e.hint:
             print(f"\nhint: {e.hint}", file=sys.stderr)

@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     # absent from args (argparse.SUPPRESS).
     explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
     r = train(model_cfg, data_cfg, train_cfg, explicit=explicit)
+    from fitwhisper.train import ranks
+
+    if not ranks.is_main():
+        return 0  # several processes: the main one reports
     scores = ", ".join(f"{k.upper()} {100 * v:.2f}%" for k, v in r.eval_metrics.items())
     print(
         f"trained {r.global_step} steps on {r.train_rows} clips"

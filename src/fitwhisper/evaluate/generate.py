@@ -201,9 +201,13 @@ def evaluate_rows(
     from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.models.generation import configure_generation, language_for
+    import torch
+
     from fitwhisper.models.resolve import load_model
 
-    model = load_model(model_spec)
+    # fp32, whatever the checkpoint stores: transformers 5 loads dtype="auto", and an
+    # fp16-stored model (large-v3, turbo) then meets fp32 features in generate's encoder.
+    model = load_model(model_spec, dtype=torch.float32)
     lang = language_for(model, cfg.language)
     # A row's own language wins for its prompt, as in training (codeswitch.py: unless the
     # language-token strategy is fixed or none).

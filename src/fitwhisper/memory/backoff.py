@@ -26,6 +26,10 @@ the failed micro-batch's gradients: when the optimizer step had none before it, 
 cleared and the retry is exact; otherwise a warning says the step's gradient keeps that
 partial micro-batch.
 
+Several processes (DDP): a rank that runs out of memory splits its own batch alone; its
+micro-batches but the last run under `no_sync`, so it still all-reduces once per batch,
+as the others do, and the averaged gradient is the same as without the OOM.
+
 Not covered: OOM outside training_step (the optimizer step, gradient clipping, saving),
 where there is no batch to shrink (the first step allocates the optimizer states, whatever
 the batch); the run then stops with torch's error, which
@@ -34,6 +38,7 @@ the batch); the run then stops with torch's error, which
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 from typing import Any
@@ -99,7 +104,11 @@ class BackoffTrainer(Seq2SeqTrainer):
             grads_were_empty = _grads_empty(model)
             self._forward_done = False
             try:
-                part = self._weighted_step(model, chunk, num_items_in_batch, total_tokens)
+                # Several processes: only the last micro-batch's backward all-reduces, so a
+                # rank that split after an OOM syncs as often as the others (else their
+                # collectives go out of step and the job hangs until the timeout).
+                with self.accelerator.no_sync(model) if pending else contextlib.nullcontext():
+                    part = self._weighted_step(model, chunk, num_items_in_batch, total_tokens)
             except Exception as e:
                 if not is_oom(e):
                     raise

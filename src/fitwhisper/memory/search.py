@@ -217,12 +217,15 @@ def gpu_precision(gpu: str | None, fp16: bool | None = None, bf16: bool | None =
 
 
 def detected_gpu_memory() -> int | None:
-    """Total memory of this machine's first CUDA GPU, or None without one."""
+    """Total memory of the CUDA GPU this process would train on (LOCAL_RANK's under a
+    launcher, else the first), or None without one."""
     import torch
+
+    from fitwhisper.precision import training_device_index
 
     if not torch.cuda.is_available():
         return None
-    return int(torch.cuda.get_device_properties(0).total_memory)
+    return int(torch.cuda.get_device_properties(training_device_index()).total_memory)
 
 
 def search(

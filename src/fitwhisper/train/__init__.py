@@ -17,6 +17,7 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
   start, a run resumed at its last step finished without training
 - `lock`: one run per folder (a kernel lock, released when its process ends)
 - `record`: RUN/fitwhisper.yaml, the run record
+- `ranks`: several processes (torchrun, accelerate launch): what the main one does alone
 
 The run folder:
 

@@ -150,6 +150,9 @@ class CheckpointMixin:
         ckpt = run_dir / f"checkpoint-{self.state.global_step}"
         if self.args.should_save and ckpt.exists():
             remove(ckpt)  # a resumed run's stale one: its marker must not cover new files
+        # Several processes: each writes its own RNG state into the folder; none may start
+        # before the stale one is gone, and the marker waits for them all (below).
+        self.accelerator.wait_for_everyone()
         keep = self.args.save_total_limit
         self.args.save_total_limit = None  # Trainer's rotation would run before the marker
         try:
@@ -165,6 +168,7 @@ class CheckpointMixin:
             raise
         finally:
             self.args.save_total_limit = keep
+        self.accelerator.wait_for_everyone()
         if not self.args.should_save:  # only the main process writes
             return
         body = {"global_step": self.state.global_step, "fingerprint": self.run_fingerprint}

@@ -56,7 +56,7 @@ def train(
         ModelLoadError: the model cannot be resolved.
         DivergenceError: a NaN/Inf loss, gradient or weight, at the step named (guard.py).
     """
-    from fitwhisper.train import setup
+    from fitwhisper.train import ranks, setup
     from fitwhisper.train.lock import run_folder
     from fitwhisper.train.validation import validate
 
@@ -66,10 +66,13 @@ def train(
     model_cfg = _apply_method(model_cfg)
     precision = run_precision(train_cfg.fp16, train_cfg.bf16)
     validate(model_cfg, data_cfg, train_cfg, precision=precision)
+    ranks.start()  # under torchrun/accelerate launch: join the other processes (ranks.py)
 
-    # 1. The model spec resolves and its tokenizer loads before the run folder is made.
-    resolved = setup.resolve(model_cfg)
-    processor = setup.processor(resolved, model_cfg)
+    # 1. The model spec resolves and its tokenizer loads before the run folder is made
+    #    (a download or conversion once, by the main process; the others find it cached).
+    with ranks.main_first():
+        resolved = setup.resolve(model_cfg)
+        processor = setup.processor(resolved, model_cfg)
 
     # 2. One run per folder (lock.py); a folder this run made goes again on an early error.
     with run_folder(Path(train_cfg.output_dir)) as out:
@@ -82,18 +85,22 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
     from transformers import set_seed
 
-    from fitwhisper.train import record, resume, rows, setup
+    from fitwhisper.train import ranks, record, resume, rows, setup
 
     # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
     manifests = record.manifest_hashes(train_cfg, data_cfg)
     fingerprint = resume.fingerprint(
         {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
     )
-    resume_from = resume.prepare_output_dir(out, train_cfg, fingerprint)
+    # Several processes: the main one decides (and clears what --overwrite_output_dir asks).
+    resume_from = ranks.on_main(lambda: resume.prepare_output_dir(out, train_cfg, fingerprint))
 
     # 4. Data: check every row before any weights load (the tokenizer is all it needs);
     #    output script, language tokens, rehearsal rows and the regression set (rows.py).
-    checked = rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests)
+    #    Checked once, by the main process, which writes the reports; the rest wait for it.
+    checked = ranks.on_main(
+        lambda: rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests)
+    )
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
 
     # 5. Model (the method decides how it loads and what trains); --seed also fixes the
@@ -106,13 +113,16 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     data = setup.datasets(
         run_rows, processor, model, model_cfg, data_cfg, train_cfg, language, precision
     )
-    record.write_run_record(
-        out, model_cfg, data_cfg, train_cfg, language, manifests=manifests,
-        resumed_from=resume_from,
-    )  # fmt: skip
+    if ranks.is_main():
+        record.write_run_record(
+            out, model_cfg, data_cfg, train_cfg, language, manifests=manifests,
+            resumed_from=resume_from,
+        )  # fmt: skip
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
     resumed_step = None if resume_from is None else resume.step_of(resume_from)
+    if not ranks.is_main():
+        regression = None  # scored by the main process alone, before and after
     if regression is not None:
         # The starting weights (Trainer loads a checkpoint later). Scored before the
         # training Trainer exists: the scoring Trainer rewrites accelerate's shared state
@@ -131,8 +141,11 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = _save_final(trainer, processor, out, model_cfg)
 
-    # 8. Score the final model on the held-out clips by generation, and the regression set.
-    metrics = _score_final(trainer, processor, data, model_cfg, train_cfg, out, regression)
+    # 8. Score the final model on the held-out clips by generation, and the regression set
+    #    (the main process; the others are done).
+    metrics = {}
+    if ranks.is_main():
+        metrics = _score_final(trainer, processor, data, model_cfg, train_cfg, out, regression)
     best = trainer.state.best_model_checkpoint
     return TrainResult(
         output_dir=out,
@@ -152,25 +165,36 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
 def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
     """RUN/final/, written into RUN/final.partial/ and renamed into place: a run stopped
     while writing it leaves a folder named as unfinished, never a final/ that fails to load."""
+    from fitwhisper.train import ranks
     from fitwhisper.train.methods import finish_final_dir
 
     final_dir, partial, old = out / "final", out / "final.partial", out / "final.old"
-    for stale in (partial, old):
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
-        trainer.save_model(str(partial))
+
+    def clear() -> None:
+        for stale in (partial, old):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def finish() -> None:
         finish_final_dir(partial, trainer.model, processor, model_spec=model_cfg.model)
+        if final_dir.exists():  # an earlier run's (--overwrite_output_dir): replaced only now
+            final_dir.rename(old)
+        partial.rename(final_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    ranks.on_main(clear)
+    try:
+        # Every process calls save_model (FSDP and ZeRO-3 gather the shards for it); the
+        # main one writes, then completes the folder and renames it while the others wait.
+        trainer.save_model(str(partial))
+        ranks.on_main(finish)
     except Exception as e:
-        shutil.rmtree(partial, ignore_errors=True)  # a full disk, most often: free its room
+        if ranks.is_main():
+            shutil.rmtree(partial, ignore_errors=True)  # a full disk, most often: free room
         from fitwhisper.paths import as_storage_error
 
         if (storage := as_storage_error(e, partial)) is not None:
             raise storage from e
         raise
-    if final_dir.exists():  # an earlier run's (--overwrite_output_dir): replaced only now
-        final_dir.rename(old)
-    partial.rename(final_dir)
-    shutil.rmtree(old, ignore_errors=True)
     return final_dir
 
 

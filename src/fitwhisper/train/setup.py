@@ -51,10 +51,17 @@ def model(resolved, model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: Tra
     from fitwhisper.models.resolve import load_model
     from fitwhisper.train.methods import load_kwargs
 
+    kwargs = load_kwargs(model_cfg, precision)
+    if "quantization_config" not in kwargs:
+        # Trained weights in fp32 whatever the checkpoint stores (large-v3 and turbo publish
+        # fp16, and transformers 5 loads dtype="auto"): mixed precision needs fp32 masters,
+        # fp16's scaler refuses fp16 gradients, and generate runs the encoder outside
+        # autocast, where fp16 weights meet fp32 features.
+        kwargs.setdefault("dtype", torch.float32)
     loaded = load_model(
         resolved,
         **_hub(model_cfg),
-        **load_kwargs(model_cfg, precision),
+        **kwargs,
         attn_implementation=train_cfg.attn_implementation,
     )
     language = language_for(loaded, model_cfg.language)

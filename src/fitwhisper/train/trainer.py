@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
 from fitwhisper.precision import Precision
+from fitwhisper.train.ranks import TIMEOUT as RANK_TIMEOUT
 from fitwhisper.train.validation import reports_to
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,10 @@ def training_arguments(
         seed=cfg.seed,
         fp16=precision == "fp16",
         bf16=precision == "bf16",
-        # Trainer takes bf16 without a bf16 GPU only when told it runs on the CPU.
-        use_cpu=precision == "bf16" and not _cuda_available(),
+        # Without CUDA, said outright: Trainer then takes bf16 on the CPU, and under torchrun
+        # accelerate joins the processes over gloo (left unsaid, each trained alone).
+        use_cpu=not _cuda_available(),
+        ddp_timeout=int(RANK_TIMEOUT.total_seconds()),  # ranks.py: the main rank's long work
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         activation_checkpointing=cfg.gradient_checkpointing,
         dataloader_num_workers=cfg.dataloader_num_workers,

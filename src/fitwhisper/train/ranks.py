@@ -1,0 +1,94 @@
+"""Several processes (torchrun, accelerate launch): who does what, and waiting for the rest.
+
+Under a launcher every process runs `fitwhisper train` whole; Trainer and accelerate share
+the steps out (DDP, FSDP, DeepSpeed). Work that must happen once (the run folder, the data
+check and its reports, the run record, final/ and its scoring) runs on the main process
+while the others wait, and its result is sent to them. Without a launcher (WORLD_SIZE
+unset or 1) every function here is the plain single-process call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# The other ranks wait while the main one checks every row of the data (hours for a large
+# set) and scores the final model: far longer than torch's 30-minute default.
+TIMEOUT = datetime.timedelta(hours=6)
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def start() -> None:
+    """Join the launcher's process group (gloo on CPU, NCCL on GPUs), before anything loads;
+    the other ranks log warnings only, so the console shows one copy of each message."""
+    if world_size() <= 1:
+        return
+    import torch
+    from accelerate import PartialState
+
+    PartialState(cpu=not torch.cuda.is_available(), timeout=TIMEOUT)
+    if not is_main():
+        logging.getLogger("fitwhisper").setLevel(logging.WARNING)
+
+
+def wait_for_everyone() -> None:
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+
+
+@contextlib.contextmanager
+def main_first() -> Iterator[None]:
+    """The main process runs the block first (a download, a conversion into the cache),
+    then the others, which find its result there."""
+    if world_size() <= 1:
+        yield
+        return
+    from accelerate import PartialState
+
+    with PartialState().main_process_first():
+        yield
+
+
+def on_main(fn: Callable[[], T]) -> T:
+    """`fn()` on the main process only; every process gets its result.
+
+    An error on the main process is raised there (it prints the message); the others exit
+    with status 1 quietly instead of waiting for a result that never comes.
+    """
+    if world_size() <= 1:
+        return fn()
+    from accelerate.utils import broadcast_object_list
+
+    box: list = [None]
+    failed: BaseException | None = None
+    if is_main():
+        try:
+            box = [("ok", fn())]
+        except BaseException as e:  # sent on, then raised here
+            failed, box = e, [("failed", None)]
+    broadcast_object_list(box, from_process=0)
+    if failed is not None:
+        raise failed
+    status, value = box[0]
+    if status != "ok":
+        raise SystemExit(1)
+    return value

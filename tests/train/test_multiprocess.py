@@ -1,0 +1,168 @@
+"""Several processes on one machine, for real: torchrun and accelerate launch over gloo.
+
+Two processes with a per-device batch of 2 take, step by step, the clips one process takes
+with a batch of 2 and gradient accumulation 2 (accelerate hands consecutive batches of one
+sampler to the ranks), so losses and weights must agree up to float summation order. Each
+launch is a subprocess in its own session, killed whole if it hangs: a hang is a failure
+here, not a stuck suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fitwhisper
+from tests.conftest import write_tone
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+SRC = Path(fitwhisper.__file__).resolve().parents[1]
+LOSS_TOLERANCE = 1e-5  # measured: equal to 1e-6
+WEIGHT_TOLERANCE = 1e-5  # measured: 6e-7 at most
+HANG_AFTER_S = 300
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 clips: 2 optimizer steps per epoch at 2 x 2, with no padding of the last batch
+    (the distributed sampler repeats clips to even out a short one, a single process not)."""
+    root = tmp_path_factory.mktemp("clips")
+    rows = []
+    for i in range(8):
+        write_tone(root / f"tone_{i}.wav", 1.0 + 0.1 * i, freq=300.0 + 40 * i)
+        rows.append({"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"})
+    path = root / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _train_args(model: Path, manifest: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "train", "--model", str(model), "--train_manifest", str(manifest),
+        "--output_dir", str(out), "--max_steps", "4", "--per_device_train_batch_size", "2",
+        "--learning_rate", "1e-3", "--logging_steps", "1", "--save_steps", "2",
+        "--seed", "0", "--report_to", "none", "-q", *extra,
+    ]  # fmt: skip
+
+
+def _torchrun(*script: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", *script]  # fmt: skip
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """`cmd` in its own session; its whole process group is killed after HANG_AFTER_S."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=HANG_AFTER_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"hung for {HANG_AFTER_S} s: {' '.join(cmd)}\n{out[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
+def _ok(cmd: list[str]) -> str:
+    done = _run(cmd)
+    assert done.returncode == 0, done.stdout[-4000:]
+    return done.stdout
+
+
+def _losses(run: Path) -> dict[int, float]:
+    state = json.loads((run / "trainer_state.json").read_text())
+    return {e["step"]: e["loss"] for e in state["log_history"] if "loss" in e}
+
+
+def _weights(run: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "final" / "model.safetensors"))
+
+
+def _assert_same_run(run: Path, reference: Path) -> None:
+    losses, expected = _losses(run), _losses(reference)
+    assert sorted(losses) == [1, 2, 3, 4]
+    assert losses == pytest.approx(expected, abs=LOSS_TOLERANCE)
+    mine, theirs = _weights(run), _weights(reference)
+    assert mine.keys() == theirs.keys()
+    worst = max(float((mine[k] - theirs[k]).abs().max()) for k in mine)
+    assert worst < WEIGHT_TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_whisper_dir, clips, tmp_path_factory) -> Path:
+    """The reference: one process, batch 2 x accumulation 2."""
+    out = tmp_path_factory.mktemp("runs") / "one"
+    args = _train_args(tiny_whisper_dir, clips, out, "--gradient_accumulation_steps", "2")
+    _ok([sys.executable, "-m", "fitwhisper", *args])
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_processes(tiny_whisper_dir, clips, tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("runs") / "torchrun"
+    log = _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, out)))
+    return out, log
+
+
+def test_torchrun_two_processes_train_like_one_with_twice_the_accumulation(
+    two_processes, one_process
+) -> None:
+    run, log = two_processes
+    _assert_same_run(run, one_process)
+    # One process reports, with the effective batch over both.
+    assert log.count("trained 4 steps on 8 clips") == 1
+    assert "2 x 1 x 2 process(es) = 4" in log
+    # Every process saved its RNG state into the checkpoints, and the marker covers both.
+    marker = json.loads((run / "checkpoint-4" / "fitwhisper_checkpoint.json").read_text())
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(marker["files"])
+
+
+def test_accelerate_launch_two_processes_train_the_same(
+    tiny_whisper_dir, clips, one_process, tmp_path
+) -> None:
+    out = tmp_path / "accelerate"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--cpu",
+           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+           "--dynamo_backend", "no", "-m", "fitwhisper",
+           *_train_args(tiny_whisper_dir, clips, out)]  # fmt: skip
+    _ok(cmd)
+    _assert_same_run(out, one_process)
+
+
+def test_an_oom_on_one_rank_backs_off_without_a_hang_and_keeps_the_losses(
+    tiny_whisper_dir, clips, one_process, tmp_path
+) -> None:
+    """Rank 1 runs out of memory from step 3: it splits its batch in two micro-batches and
+    still all-reduces once per step (before the fix both ranks hung in the all-reduce)."""
+    out = tmp_path / "oom"
+    log = _ok(_torchrun(str(HERE / "rank_faults.py"), "oom", "1", "3",
+                        *_train_args(tiny_whisper_dir, clips, out)))  # fmt: skip
+    assert "out of memory at step 3 with per-device batch 2: now per-device batch 1" in log
+    _assert_same_run(out, one_process)
+
+
+def test_a_killed_two_process_run_resumes_to_the_uninterrupted_losses(
+    tiny_whisper_dir, clips, one_process, tmp_path
+) -> None:
+    """Rank 0 is SIGKILLed in step 3; torchrun stops rank 1 and fails. checkpoint-2 is
+    whole (written by both ranks, then marked), and --resume finishes the run exactly."""
+    out = tmp_path / "killed"
+    args = _train_args(tiny_whisper_dir, clips, out)
+    done = _run(_torchrun(str(HERE / "rank_faults.py"), "kill", "0", "3", *args))
+    assert done.returncode != 0
+    assert not (out / "final").exists()
+    assert (out / "checkpoint-2" / "fitwhisper_checkpoint.json").is_file()
+    log = _ok(_torchrun("-m", "fitwhisper", *args, "--resume"))
+    assert "resumed from" in log
+    _assert_same_run(out, one_process)
