@@ -58,6 +58,25 @@ def test_lora_trains_the_adapters_only(small_config_dir, small_dims):
     assert p.weights_bytes == 4 * (encoder + decoder + p.trainable_params)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_lora_under_mixed_precision_keeps_its_frozen_base_in_half(
+    small_config_dir, small_dims, precision
+):
+    """train/methods.py loads a plain LoRA run's base in the run's half precision; the
+    adapters, their gradients and optimizer states stay fp32."""
+    encoder, decoder = _counts(small_dims)
+    kw = {"use_lora": True, "lora_r": 8, "device": "cuda"}
+    fp32 = predict_memory(_request(small_config_dir, **kw))
+    half = predict_memory(_request(small_config_dir, precision=precision, **kw))
+    assert half.weights_bytes < fp32.weights_bytes * 0.55
+    assert half.trainable_params == fp32.trainable_params
+    assert half.gradients_bytes == fp32.gradients_bytes
+    assert half.optimizer_bytes == fp32.optimizer_bytes
+    # Full fine-tuning keeps fp32 master weights under mixed precision.
+    full = predict_memory(_request(small_config_dir, precision=precision, device="cuda"))
+    assert full.weights_bytes >= 4 * (encoder + decoder)
+
+
 def test_quantised_base_weights(small_config_dir, small_dims):
     encoder, decoder = _counts(small_dims)
     d, ffn = small_dims["d_model"], small_dims["encoder_ffn_dim"]

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import write_tone
 
 import fitwhisper
-from tests.conftest import write_tone
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +48,9 @@ def _train_args(model: Path, manifest: Path, out: Path, *extra: str) -> list[str
     return [
         "train", "--model", str(model), "--train_manifest", str(manifest),
         "--output_dir", str(out), "--max_steps", "4", "--per_device_train_batch_size", "2",
-        "--learning_rate", "1e-3", "--logging_steps", "1", "--save_steps", "2",
-        "--seed", "0", "--report_to", "none", "-q", *extra,
+        "--learning_rate", "1e-3", "--logging_steps", "1", "--save_strategy", "steps",
+        "--save_steps", "2", "--save_total_limit", "none", "--seed", "0",
+        "--report_to", "none", "-q", *extra,
     ]  # fmt: skip
 
 
@@ -120,9 +121,8 @@ def test_torchrun_two_processes_train_like_one_with_twice_the_accumulation(
 ) -> None:
     run, log = two_processes
     _assert_same_run(run, one_process)
-    # One process reports, with the effective batch over both.
+    # One process reports (each one alone would have trained other losses, above).
     assert log.count("trained 4 steps on 8 clips") == 1
-    assert "2 x 1 x 2 process(es) = 4" in log
     # Every process saved its RNG state into the checkpoints, and the marker covers both.
     marker = json.loads((run / "checkpoint-4" / "fitwhisper_checkpoint.json").read_text())
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(marker["files"])
@@ -132,7 +132,8 @@ def test_accelerate_launch_two_processes_train_the_same(
     tiny_whisper_dir, clips, one_process, tmp_path
 ) -> None:
     out = tmp_path / "accelerate"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--cpu",
+    # --multi_gpu is accelerate's name for DDP; without CUDA, fitwhisper joins over gloo.
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
            "--dynamo_backend", "no", "-m", "fitwhisper",
            *_train_args(tiny_whisper_dir, clips, out)]  # fmt: skip

@@ -388,10 +388,17 @@ def _quantised_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
 
 
 def _stand_in_dtypes(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dtype]:
-    """Quantised weights are traced as float16 frozen linears under mixed precision."""
-    if not (req.use_8bit or req.use_4bit) or req.precision == "fp32":
+    """Parameters whose dtype is not fp32 in training: under mixed precision, quantised
+    weights are traced as float16 frozen linears, and a plain LoRA run's frozen base is in
+    the run's half precision (train/methods.py `base_dtype`)."""
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
+    if half is None:
         return {}
-    return {f"{n}.weight": torch.float16 for n in _quantised_linears(model)}
+    if req.use_8bit or req.use_4bit:
+        return {f"{n}.weight": torch.float16 for n in _quantised_linears(model)}
+    if req.use_lora:
+        return {n: half for n, p in model.named_parameters() if not p.requires_grad}
+    return {}
 
 
 def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dict[str, int]:
@@ -405,6 +412,7 @@ def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dic
     quantised = {}
     if req.use_8bit or req.use_4bit:
         quantised = {f"{n}.weight": m for n, m in _quantised_linears(model).items()}
+    half_base = {} if quantised else _stand_in_dtypes(model, req)
     weights = grads = optim = params = trainable = 0
     seen: set[int] = set()
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -419,6 +427,8 @@ def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dic
                 weights += dev(n) + dev(4 * out_features)
             else:  # nf4: two weights per byte + an fp32 absmax per 64-value block
                 weights += dev(n // 2) + dev(4 * -(-n // BNB_BLOCK_4BIT))
+        elif name in half_base:
+            weights += dev(n * half_base[name].itemsize)
         else:
             weights += dev(n * p.element_size())
         if p.requires_grad:

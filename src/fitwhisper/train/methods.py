@@ -112,6 +112,20 @@ def quantization_config(model_cfg: ModelConfig, precision: Precision):
     return None
 
 
+def base_dtype(model_cfg: ModelConfig, precision: Precision) -> str | None:
+    """The dtype a plain LoRA run loads its frozen base in under mixed precision, or None
+    (fp32: full fine-tuning, fp32 runs, quantised bases).
+
+    The base never trains, so it needs no fp32 master copy: in the run's half precision it
+    takes half the memory (large-v3 + LoRA then fits an 8 GB card) and autocast would cast
+    its weights to that dtype in every matmul anyway. The adapters stay fp32 (PEFT upcasts
+    them), so the optimizer and gradient scaler see fp32 parameters only.
+    """
+    if method_of(model_cfg) != "lora":
+        return None
+    return {"bf16": "bfloat16", "fp16": "float16"}.get(precision)
+
+
 def compute_dtype_name(model_cfg: ModelConfig, precision: Precision) -> str:
     """The 4-bit compute dtype: as asked, or following the run's mixed precision."""
     if model_cfg.bnb_4bit_compute_dtype != "auto":
@@ -120,7 +134,8 @@ def compute_dtype_name(model_cfg: ModelConfig, precision: Precision) -> str:
 
 
 def load_kwargs(model_cfg: ModelConfig, precision: Precision) -> dict[str, Any]:
-    """Extra `from_pretrained` arguments for the method: none, or quantisation + placement.
+    """Extra `from_pretrained` arguments for the method: none, a half-precision frozen base
+    (`base_dtype`), or quantisation + placement.
 
     Raises:
         ConfigError: 8-bit/4-bit without bitsandbytes (validate() says so earlier; this
@@ -128,7 +143,12 @@ def load_kwargs(model_cfg: ModelConfig, precision: Precision) -> dict[str, Any]:
     """
     bnb = quantization_config(model_cfg, precision)
     if bnb is None:
-        return {}
+        half = base_dtype(model_cfg, precision)
+        if half is None:
+            return {}
+        import torch
+
+        return {"dtype": getattr(torch, half)}
     if not _bitsandbytes_installed():
         raise ConfigError(
             "8-bit and 4-bit loading need bitsandbytes, which is not installed",
@@ -174,6 +194,8 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
         # peft reads `is_gradient_checkpointing`, deprecated in transformers 5: not ours to fix.
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         peft_model = get_peft_model(model, lora_config(model_cfg))
+    if method == "lora":
+        _features_in_weight_dtype(model)
     trainable, total = _count_parameters(peft_model)
     log.info(
         "method %s: training %s LoRA parameters (%.2f%% of %s), rank %d, alpha %d, on %s%s",
@@ -192,6 +214,26 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
             train_cfg.learning_rate,
         )
     return peft_model
+
+
+def _features_in_weight_dtype(model) -> None:
+    """A half-precision base (`base_dtype`) gets fp32 log-mel features from the collator:
+    autocast casts them in training, but generation (evaluation, the regression guard) runs
+    the encoder outside autocast, where fp32 input meets bf16/fp16 convolution weights. The
+    encoder casts its input to its weights' dtype first; an fp32 base is left alone."""
+    encoder = model.get_encoder()
+    dtype = encoder.conv1.weight.dtype
+    if not dtype.is_floating_point or dtype.itemsize >= 4:
+        return
+
+    def cast(module, args, kwargs):
+        if args:
+            args = (args[0].to(dtype), *args[1:])
+        elif kwargs.get("input_features") is not None:
+            kwargs = {**kwargs, "input_features": kwargs["input_features"].to(dtype)}
+        return args, kwargs
+
+    encoder.register_forward_pre_hook(cast, with_kwargs=True)
 
 
 def lora_config(model_cfg: ModelConfig):
