@@ -388,17 +388,21 @@ def _quantised_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
 
 
 def _stand_in_dtypes(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dtype]:
-    """Parameters whose dtype is not fp32 in training: under mixed precision, quantised
-    weights are traced as float16 frozen linears, and a plain LoRA run's frozen base is in
-    the run's half precision (train/methods.py `base_dtype`)."""
-    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
-    if half is None:
+    """Quantised weights are traced as float16 frozen linears under mixed precision."""
+    if not (req.use_8bit or req.use_4bit) or req.precision == "fp32":
         return {}
-    if req.use_8bit or req.use_4bit:
-        return {f"{n}.weight": torch.float16 for n in _quantised_linears(model)}
-    if req.use_lora:
-        return {n: half for n, p in model.named_parameters() if not p.requires_grad}
-    return {}
+    return {f"{n}.weight": torch.float16 for n in _quantised_linears(model)}
+
+
+def _half_base(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dtype]:
+    """A plain LoRA run's frozen base under mixed precision is held in the run's half
+    precision (train/methods.py `base_dtype`). Counted in the static bytes only: the trace
+    keeps it fp32, as autocast computes in half precision either way (tracing half weights
+    trips the fake-tensor checkpoint replay), so activations are as for an fp32 base."""
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
+    if half is None or not req.use_lora or req.use_8bit or req.use_4bit:
+        return {}
+    return {n: half for n, p in model.named_parameters() if not p.requires_grad}
 
 
 def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dict[str, int]:
@@ -412,7 +416,7 @@ def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dic
     quantised = {}
     if req.use_8bit or req.use_4bit:
         quantised = {f"{n}.weight": m for n, m in _quantised_linears(model).items()}
-    half_base = {} if quantised else _stand_in_dtypes(model, req)
+    half_base = _half_base(model, req)
     weights = grads = optim = params = trainable = 0
     seen: set[int] = set()
     for name, p in model.named_parameters(remove_duplicate=False):

@@ -119,6 +119,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     has_eval = data.eval_ds is not None
     best = parts.best_metric(model_cfg, train_cfg)
     args = parts.training_arguments(train_cfg, precision, has_eval=has_eval, best_metric=best)
+    parts.one_gpu_without_launcher(args)
     compute_metrics = None
     if has_eval:
         # The clips' own language column counts, as in `fitwhisper evaluate`.

@@ -72,6 +72,27 @@ def training_arguments(
     )
 
 
+def one_gpu_without_launcher(args) -> None:
+    """Several GPUs and no launcher (plain `fitwhisper train`): train on one, and say how to
+    use them all. Left alone, Trainer wraps the model in nn.DataParallel: slower than one
+    GPU in users' reports (transformers#27014, #28916), outside accelerate's mixed precision
+    (silently fp32), and with --short_encoder_input's patched encoder broken in the replicas.
+    Trainer sets the same field for model-parallel models."""
+    from fitwhisper.train import ranks
+
+    gpus = args.n_gpu
+    if ranks.world_size() > 1 or gpus <= 1:
+        return
+    args._n_gpu = 1
+    log.warning(
+        "%d GPUs are visible but fitwhisper was not started by a launcher, so it trains on "
+        "one (nn.DataParallel would be slower); to train on all of them, run "
+        "`torchrun --nproc_per_node %d -m fitwhisper train ...` with the same options",
+        gpus,
+        gpus,
+    )
+
+
 def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     """BackoffTrainer, with length-grouped batches when --group_by_duration asks, the
     divergence guard's view of each micro-batch (guard.py), and checkpoints marked whole

@@ -1,0 +1,47 @@
+"""Several GPUs and no launcher: one GPU, and the torchrun command, instead of DataParallel.
+No machine here has several GPUs; Trainer's decision rests on `args.n_gpu`, which is what
+is checked (TrainingArguments sets it from torch.cuda.device_count())."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from fitwhisper.train.trainer import one_gpu_without_launcher
+
+
+def _args(gpus: int) -> SimpleNamespace:
+    args = SimpleNamespace(_n_gpu=gpus)
+    args.n_gpu = gpus  # TrainingArguments.n_gpu reads _n_gpu; set once, as Trainer reads it
+    return args
+
+
+def test_four_gpus_without_a_launcher_train_on_one_and_say_how_to_use_all(
+    monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    args = _args(4)
+    with caplog.at_level(logging.WARNING, logger="fitwhisper"):
+        one_gpu_without_launcher(args)
+    assert args._n_gpu == 1
+    assert "torchrun --nproc_per_node 4 -m fitwhisper train" in caplog.text
+
+
+@pytest.mark.parametrize(("gpus", "world"), [(1, "1"), (4, "4"), (0, "1")])
+def test_one_gpu_or_a_launcher_is_left_alone(monkeypatch, caplog, gpus, world) -> None:
+    monkeypatch.setenv("WORLD_SIZE", world)
+    args = _args(gpus)
+    one_gpu_without_launcher(args)
+    assert args._n_gpu == gpus and not caplog.text
+
+
+def test_real_training_arguments_read_the_field_it_sets() -> None:
+    """The private field is the one TrainingArguments.n_gpu reads (as Trainer itself uses
+    it for model-parallel models): a transformers upgrade that renames it fails here."""
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none")
+    args._n_gpu = 3
+    assert args.n_gpu == 3
