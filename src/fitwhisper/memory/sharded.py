@@ -84,6 +84,8 @@ class ShardedPrediction:
     allocator_slack_bytes: int
     total_bytes: int
     cpu_bytes_per_node: int  # offloaded states on each node's CPU (0 without offload)
+    fp32_gradient_bytes: int = 0  # of optimizer_step_bytes: the fp32 gradient partition
+    gathered_bytes: int = 0  # of communication_bytes: ZeRO-3's gathered layer
     sharded: tuple[str, ...] = field(default=())  # which parts are split over the world
     offloaded: tuple[str, ...] = field(default=())  # which parts live in CPU memory
     communication: str = ""  # what the communication row is
@@ -92,6 +94,13 @@ class ShardedPrediction:
     @property
     def world_size(self) -> int:
         return self.num_gpus * self.num_nodes
+
+    @property
+    def model_states_bytes(self) -> int:
+        """Weights, gradients, optimizer states and the fp32 gradient partition: what
+        DeepSpeed's estimators count (less the gathered layer)."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.fp32_gradient_bytes)  # fmt: skip
 
     @property
     def overlap_bytes(self) -> int:
@@ -262,7 +271,7 @@ def shard(
         w, g, o, fp32_grads = W, G, Opt, 0
     sharded: tuple[str, ...] = ()
     offloaded: tuple[str, ...] = ()
-    cpu = 0
+    cpu = gathered = fp32_r = 0
     if strategy == "ddp":
         w_r, g_r, o_r, s_r = w, g, o, S
         comm = G  # bucket storage: a second copy of the gradients
@@ -276,7 +285,8 @@ def shard(
         elem = 2 if half else 4
         buckets = OVERLAP_BUCKETS * d_model * d_model * elem
         g_r, o_r = _div(g, world), _div(o, world)
-        s_r = _div(S, world) + _div(fp32_grads, world)
+        fp32_r = _div(fp32_grads, world)
+        s_r = _div(S, world) + fp32_r
         w_r = w if strategy == "zero2" else _div(w, world)
         sharded = ("gradients", "optimizer") + (() if strategy == "zero2" else ("weights",))
         comm, comm_what = buckets, f"{OVERLAP_BUCKETS} reduce buckets of d_model^2"
@@ -291,7 +301,7 @@ def shard(
             # fp32 masters, Adam states and fp32 gradients on the CPU; on the GPU the
             # gradients only pass through the reduce buckets.
             cpu = _div(o + G, world) * num_gpus
-            g_r = o_r = s_r = 0
+            g_r = o_r = s_r = fp32_r = 0
             offloaded = ("gradients", "optimizer")
             sharded = ("weights",)
             assumptions += "; optimizer offloaded to CPU, parameters stay on the GPU"
@@ -320,6 +330,7 @@ def shard(
         peak_phase=phase, cuda_context_bytes=context, allocator_slack_bytes=slack,
         total_bytes=peak + context + slack, cpu_bytes_per_node=cpu, sharded=sharded,
         offloaded=offloaded, communication=comm_what, assumptions=assumptions,
+        fp32_gradient_bytes=fp32_r, gathered_bytes=gathered,
     )  # fmt: skip
 
 
