@@ -22,6 +22,7 @@ trainable parameter / world more than the estimator.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -234,3 +235,19 @@ def test_search_turns_to_zero_when_ddp_does_not_fit(small):
     ) * 4 == 8  # fmt: skip
     with pytest.raises(ConfigError, match="not a whole number of clips per GPU on 3 GPUs"):
         search(base, 64 * GIB, num_gpus=3, **kw)
+
+
+def test_plan_fit_on_several_gpus_says_how_to_launch(small_config_dir, tmp_path, capsys):
+    out_file = tmp_path / "plan.json"
+    argv = ["plan", "--model", str(small_config_dir), "--max_label_tokens", "16", "--bf16",
+            "--num_gpus", "2", "--gpu_memory", "64GB", "--allow_methods", "full",
+            "--effective_batch_size", "4", "--output", str(out_file)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"recommended for {small_config_dir} on 2 GPUs of 64.00 GiB")
+    assert "  effective batch = 2 x 1 x 2 GPUs = 4\n" in out
+    assert "  train with: torchrun --nproc_per_node 2 -m fitwhisper train " in out
+    assert "per GPU of 2 (2 GPUs), DDP:" in out
+    assert f"torchrun --nproc_per_node 2 -m fitwhisper train --plan {out_file} ..." in out
+    settings = json.loads(out_file.read_text())["settings"]
+    assert (settings["num_gpus"], settings["num_nodes"], settings["deepspeed"]) == (2, 1, None)

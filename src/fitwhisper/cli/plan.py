@@ -76,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
     if opts.output:
         written = plan.write(opts.output)
         if not opts.json:
-            print(f"\nplan written to {written}: fitwhisper train --plan {written} ...")
+            train = f"fitwhisper train --plan {written} ..."
+            if plan.per_gpu:
+                from fitwhisper.memory.sharded import launch_command
+
+                launch = launch_command(plan.recommended.strategy, plan.num_gpus, plan.num_nodes)
+                train = launch.replace("fitwhisper train ...", train)
+            print(f"\nplan written to {written}: {train}")
     return 0
 
 
