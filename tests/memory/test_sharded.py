@@ -64,6 +64,10 @@ def test_zero_model_states_equal_deepspeeds_documented_formulas_for_a_billion_pa
         2 * p // 8
     )
     assert offload.cpu_bytes_per_node == p * 16 // 2  # additional_buffer_factor 1
+    fp32 = _known(p)
+    fp32 = dataclasses.replace(fp32, request=dataclasses.replace(fp32.request, precision="fp32"))
+    # fp32 training: no 16-bit copies, but the CPU still holds an fp32 master partition
+    assert shard(fp32, 4, 2, "zero3_offload").cpu_bytes_per_node == p * 16 // 2
     assert offload.gradients_bytes == offload.optimizer_bytes == 0
 
 

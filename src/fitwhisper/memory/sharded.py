@@ -298,9 +298,9 @@ def shard(
             comm_what += f" + gathered largest layer ({name}, {n / 1e6:.1f}M params)"
             assumptions = "ZeRO-3 gathers one layer at a time, no prefetch beyond it"
         if strategy == "zero3_offload":
-            # fp32 masters, Adam states and fp32 gradients on the CPU; on the GPU the
-            # gradients only pass through the reduce buckets.
-            cpu = _div(o + G, world) * num_gpus
+            # fp32 masters (a CPU copy in fp32 training too), Adam states and fp32
+            # gradients on the CPU; on the GPU the gradients only pass through the buckets.
+            cpu = _div(Opt + 2 * G, world) * num_gpus
             g_r = o_r = s_r = fp32_r = 0
             offloaded = ("gradients", "optimizer")
             sharded = ("weights",)
