@@ -33,7 +33,9 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         "gradients and optimizer states are exact byte counts of the model built without "
         "weights; activations come from tracing one real training step on fake tensors at "
         "the exact batch, lengths and settings. The standard Whisper sizes and Breeze-ASR-25 "
-        "need no download.",
+        "need no download. With --num_gpus/--num_nodes above 1 in all, the plan is per GPU "
+        "of a data-parallel run: plain DDP, or DeepSpeed ZeRO-2/ZeRO-3 (--deepspeed), which "
+        "shard gradients, optimizer states and weights over the GPUs.",
     )
 
 
@@ -41,14 +43,20 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from fitwhisper.memory.predict import predict_memory
+    from fitwhisper.memory.sharded import check_world, shard
 
     opts = build_config(PlanOptions, args)
     if opts.presets:
         return _presets(opts)
+    check_world(opts.num_gpus, opts.num_nodes, opts.deepspeed)
     request = _request(opts)
     if not (opts.gpu_memory or opts.fit or opts.output):
         prediction = predict_memory(request)
-        print(prediction.to_json() if opts.json else prediction.format_table())
+        if opts.num_gpus * opts.num_nodes > 1:
+            per_gpu = shard(prediction, opts.num_gpus, opts.num_nodes, opts.deepspeed)
+            print(per_gpu.to_json() if opts.json else per_gpu.format_table())
+        else:
+            print(prediction.to_json() if opts.json else prediction.format_table())
         return 0
 
     # Recommendation mode: the budget, the methods allowed, then the search.
@@ -60,12 +68,21 @@ def run(args: argparse.Namespace) -> int:
         effective_batch_size=opts.effective_batch_size,
         margin=opts.margin,
         methods=_methods(opts),
+        num_gpus=opts.num_gpus,
+        num_nodes=opts.num_nodes,
+        deepspeed=opts.deepspeed,
     )
     print(json.dumps(plan.to_dict(), indent=2) if opts.json else plan.format())
     if opts.output:
         written = plan.write(opts.output)
         if not opts.json:
-            print(f"\nplan written to {written}: fitwhisper train --plan {written} ...")
+            train = f"fitwhisper train --plan {written} ..."
+            if plan.per_gpu:
+                from fitwhisper.memory.sharded import launch_command
+
+                launch = launch_command(plan.recommended.strategy, plan.num_gpus, plan.num_nodes)
+                train = launch.replace("fitwhisper train ...", train)
+            print(f"\nplan written to {written}: {train}")
     return 0
 
 

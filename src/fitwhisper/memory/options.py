@@ -73,6 +73,28 @@ class PlanOptions:
             "help": "Device to plan for; cpu predicts tensor bytes on a CPU run.",
         },
     )
+    num_gpus: int = field(
+        default=1,
+        metadata={
+            "help": "GPUs per node of a data-parallel run (torchrun --nproc_per_node); above "
+            "1 (in all), the plan is per GPU.",
+            "metavar": "N",
+        },
+    )
+    num_nodes: int = field(
+        default=1,
+        metadata={"help": "Machines of the run, each with --num_gpus GPUs.", "metavar": "M"},
+    )
+    deepspeed: Literal["zero2", "zero3", "zero3_offload"] | None = field(
+        default=None,
+        metadata={
+            "help": "DeepSpeed ZeRO stage planned for: zero2 shards gradients and optimizer "
+            "states over all GPUs, zero3 the weights too, zero3_offload keeps the optimizer "
+            "states in CPU memory. Default: plain DDP (every GPU holds everything); with "
+            "--fit/--gpu_memory and no --deepspeed, ZeRO-2 then ZeRO-3 are tried when DDP "
+            "does not fit.",
+        },
+    )
     json: bool = field(
         default=False, metadata={"help": "Print JSON instead of a table.", "switch": True}
     )

@@ -24,6 +24,7 @@ dequantise every weight on every pass.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,14 @@ from fitwhisper.memory.predict import (
     MemoryPrediction,
     MemoryRequest,
     predict_memory,
+)
+from fitwhisper.memory.sharded import (
+    DEEPSPEED_STAGES,
+    STRATEGY_NAMES,
+    ShardedPrediction,
+    check_world,
+    launch_command,
+    shard,
 )
 from fitwhisper.method import METHOD_NAMES, Method, method_of
 
@@ -68,11 +77,13 @@ class Candidate:
     fits: bool
     relative_time: float  # per clip, lower is faster (the speed proxy)
     reason: str = ""  # why it was not chosen; empty for the recommendation
+    strategy: str = "single"  # "single", "ddp", "zero2", "zero3", "zero3_offload"
 
     def describe(self) -> str:
         ckpt = "checkpointing" if self.gradient_checkpointing else "no checkpointing"
+        where = "" if self.strategy == "single" else f"{STRATEGY_NAMES[self.strategy]}, "
         return (
-            f"{METHOD_NAMES[self.method]}, batch {self.per_device_train_batch_size} x "
+            f"{where}{METHOD_NAMES[self.method]}, batch {self.per_device_train_batch_size} x "
             f"{self.gradient_accumulation_steps} accumulation, {ckpt}, {self.optim}"
         )
 
@@ -90,6 +101,15 @@ class FitPlan:
     prediction: MemoryPrediction
     rejected: tuple[Candidate, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())  # what the search skipped, and why
+    per_gpu: ShardedPrediction | None = None  # the recommendation on each GPU (world > 1)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.per_gpu.num_gpus if self.per_gpu else 1
+
+    @property
+    def num_nodes(self) -> int:
+        return self.per_gpu.num_nodes if self.per_gpu else 1
 
     @property
     def usable_bytes(self) -> int:
@@ -112,6 +132,9 @@ class FitPlan:
             "freeze_encoder": req.freeze_encoder,
             "lora_r": req.lora_r,
             "lora_target_modules": list(req.lora_target_modules),
+            "num_gpus": self.num_gpus,
+            "num_nodes": self.num_nodes,
+            "deepspeed": r.strategy if r.strategy in DEEPSPEED_STAGES else None,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +157,7 @@ class FitPlan:
             ],
             "notes": list(self.notes),
             "prediction": self.prediction.to_dict(),
+            **({"per_gpu": self.per_gpu.to_dict()} if self.per_gpu else {}),
         }
 
     def write(self, path: str | Path) -> Path:
@@ -144,26 +168,39 @@ class FitPlan:
     def format(self) -> str:
         r = self.recommended
         eff = self.effective_batch_size
+        world = self.num_gpus * self.num_nodes
+        gpus = (
+            f"{world} GPUs of {_gib(self.budget_bytes)}"
+            if world > 1
+            else (f"a {_gib(self.budget_bytes)} GPU")
+        )
         lines = [
-            f"recommended for {self.model} on a {_gib(self.budget_bytes)} GPU "
+            f"recommended for {self.model} on {gpus} "
             f"(keeping {self.margin:.0%} free: {_gib(self.usable_bytes)} usable):",
             f"  {r.describe()}, {self.precision} mixed precision"
             if self.precision != "fp32"
             else f"  {r.describe()}, fp32",
             f"  effective batch = {r.per_device_train_batch_size} x "
-            f"{r.gradient_accumulation_steps} x 1 GPU = {eff}",
+            f"{r.gradient_accumulation_steps} x {world} GPU{'s' if world > 1 else ''} = {eff}",
             f"  predicted peak {_gib(r.predicted_bytes)}, "
             f"{_gib(self.usable_bytes - r.predicted_bytes)} below the usable memory; "
             f"relative time per clip {r.relative_time:.2f}",
-            f"  train with: {self.train_flags()}",
+            f"  train with: {self.train_command()}",
             "",
-            self.prediction.format_table(),
+            (self.per_gpu or self.prediction).format_table(),
         ]
         if self.rejected:
             lines += ["", "runners-up:"]
             lines += [f"  {c.describe()}: {c.reason}" for c in self.rejected]
         lines += [f"  {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def train_command(self) -> str:
+        """The train flags, with the launcher for several GPUs (per-GPU plans)."""
+        if not self.per_gpu:
+            return self.train_flags()
+        launch = launch_command(self.recommended.strategy, self.num_gpus, self.num_nodes)
+        return launch.replace("...", self.train_flags())
 
     def train_flags(self) -> str:
         s = self.settings()
@@ -236,6 +273,9 @@ def search(
     margin: float = DEFAULT_MARGIN,
     methods: tuple[Method, ...] | None = None,
     optimizers: tuple[str, ...] | None = None,
+    num_gpus: int = 1,
+    num_nodes: int = 1,
+    deepspeed: str | None = None,
 ) -> FitPlan:
     """The fastest setting of `base` that fits `budget_bytes`, keeping the effective batch.
 
@@ -245,57 +285,80 @@ def search(
         methods: methods to try, in order of preference; default: `base`'s own only.
         optimizers: optimizers to try, preferred first; default: `base`'s, then the lighter
             ones of OPTIMIZERS.
+        num_gpus, num_nodes: a data-parallel run; the budget is each GPU's, the effective
+            batch is the whole run's. Over one GPU in all, each method tries plain DDP, then
+            (without `deepspeed`, and for full and LoRA) ZeRO-2 and ZeRO-3 with the
+            preferred optimizer, before the lighter optimizers (with DDP).
+        deepspeed: plan this ZeRO stage only.
 
     Raises:
         ConfigError: bad arguments, or nothing fits (the message names the smallest plan).
     """
     _check_search_options(effective_batch_size, margin)
+    check_world(num_gpus, num_nodes, deepspeed)
+    world = num_gpus * num_nodes
+    if effective_batch_size % world:
+        raise ConfigError(
+            f"--effective_batch_size {effective_batch_size} is not a whole number of clips "
+            f"per GPU on {world} GPUs",
+            hint=f"use a multiple of {world}, e.g. --effective_batch_size {world * 2}",
+        )
+    per_rank = effective_batch_size // world
     methods = methods or (method_of(base),)
     optimizers = optimizers or (base.optim, *(o for o in OPTIMIZERS if o != base.optim))
     usable = int(budget_bytes * (1 - margin))
-    # Powers of two that divide the effective batch, so accumulation is a whole number.
-    batches = [b for b in (2**i for i in range(13)) if effective_batch_size % b == 0]
-    batches = [b for b in batches if b <= effective_batch_size]
+    # Powers of two that divide each GPU's share of the effective batch, so accumulation
+    # is a whole number.
+    batches = [b for b in (2**i for i in range(13)) if per_rank % b == 0 and b <= per_rank]
     tried: dict[tuple, Candidate] = {}
     predictions: dict[tuple, MemoryPrediction] = {}
+    per_gpu: dict[tuple, ShardedPrediction] = {}
     notes: list[str] = []
 
-    def candidate(method: Method, optim: str, batch: int, ckpt: bool) -> Candidate:
-        key = (method, optim, batch, ckpt)
+    def candidate(method, optim, batch, ckpt, strategy) -> Candidate:
+        key = (method, optim, batch, ckpt, strategy)
         if key not in tried:
             p = predict_memory(_request(base, method, optim, batch, ckpt))
             predictions[key] = p
+            if world > 1:
+                per_gpu[key] = shard(p, num_gpus, num_nodes, _stage(strategy))
+            total = per_gpu[key].total_bytes if world > 1 else p.total_bytes
             tried[key] = Candidate(
                 method=method,
                 optim=optim,
                 per_device_train_batch_size=batch,
-                gradient_accumulation_steps=effective_batch_size // batch,
+                gradient_accumulation_steps=per_rank // batch,
                 gradient_checkpointing=ckpt,
-                predicted_bytes=p.total_bytes,
-                fits=p.total_bytes <= usable,
+                predicted_bytes=total,
+                fits=total <= usable,
                 relative_time=relative_time(method, batch, ckpt),
+                strategy=strategy,
             )
         return tried[key]
 
     best: Candidate | None = None
     for method in methods:
-        for i, optim in enumerate(optimizers):
+        skip_lighter = False
+        for i, (strategy, optim) in enumerate(_stages(method, optimizers, world, deepspeed)):
+            if skip_lighter and optim != optimizers[0]:
+                continue
+            stage = functools.partial(candidate, strategy=strategy)
             # The smallest setting of the stage first: if batch 1 with checkpointing does
-            # not fit, no setting of this method and optimizer does.
-            smallest = candidate(method, optim, batches[0], True)
+            # not fit, no setting of this method, optimizer and strategy does.
+            smallest = stage(method, optim, batches[0], True)
             if smallest.fits:
-                best = _best_in_stage(candidate, method, optim, batches)
+                best = _best_in_stage(stage, method, optim, batches)
                 break
             # A lighter optimizer saves at most the optimizer's states and step temporaries
             # (with their allocator slack); skip the others when that cannot be enough.
-            p = predictions[(method, optim, batches[0], True)]
+            p = predictions[(method, optim, batches[0], True, strategy)]
             saving = (p.optimizer_bytes + p.optimizer_step_bytes) * (1 + ALLOCATOR_SLACK)
             if i == 0 and smallest.predicted_bytes - saving > usable and len(optimizers) > 1:
                 notes.append(
                     f"{METHOD_NAMES[method]}: {', '.join(optimizers[1:])} not tried: a lighter "
                     f"optimizer saves at most {_gib(int(saving))}, too little to fit"
                 )
-                break
+                skip_lighter = True
         if best:
             break
     if best is None:
@@ -305,9 +368,14 @@ def search(
         for c in sorted(tried.values(), key=lambda c: (not c.fits, c.relative_time))
         if c is not best
     )
-    prediction = predictions[
-        (best.method, best.optim, best.per_device_train_batch_size, best.gradient_checkpointing)
-    ]
+    key = (best.method, best.optim, best.per_device_train_batch_size,
+           best.gradient_checkpointing, best.strategy)  # fmt: skip
+    prediction = predictions[key]
+    if best.strategy in ("zero2", "zero3") and not deepspeed:
+        notes.append(
+            f"DDP does not fit {METHOD_NAMES[best.method]} on {world} GPUs; "
+            f"{STRATEGY_NAMES[best.strategy]} does"
+        )
     return FitPlan(
         model=base.model,
         budget_bytes=budget_bytes,
@@ -318,7 +386,24 @@ def search(
         prediction=prediction,
         rejected=rejected,
         notes=tuple(notes),
+        per_gpu=per_gpu.get(key),
     )
+
+
+def _stages(method: Method, optimizers: tuple[str, ...], world: int, deepspeed: str | None):
+    """(strategy, optimizer) in order of preference for one method."""
+    if world == 1:
+        return [("single", o) for o in optimizers]
+    if deepspeed:
+        allowed = optimizers[:1] if deepspeed == "zero3_offload" else optimizers
+        return [(deepspeed, o) for o in allowed]
+    zero = ("zero2", "zero3") if method in ("full", "lora") else ()
+    return [("ddp", optimizers[0]), *((z, optimizers[0]) for z in zero),
+            *(("ddp", o) for o in optimizers[1:])]  # fmt: skip
+
+
+def _stage(strategy: str) -> str | None:
+    return strategy if strategy in DEEPSPEED_STAGES else None
 
 
 def _check_search_options(effective_batch_size: int, margin: float) -> None:

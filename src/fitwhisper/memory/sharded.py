@@ -1,0 +1,366 @@
+"""Per-GPU memory of data-parallel training: DDP, DeepSpeed ZeRO-2, ZeRO-3, ZeRO-3 + offload.
+
+    fitwhisper plan --model openai/whisper-large-v3 --num_gpus 8 --deepspeed zero3
+
+Nothing is traced again: the single-process prediction (`predict_memory`) is taken apart and
+each part is placed where the strategy keeps it, by the documented rules:
+
+- DDP (torch.nn.parallel.DistributedDataParallel, as HF Trainer/accelerate wrap it): every
+  rank holds the whole model, its gradients and optimizer states. With
+  gradient_as_bucket_view=False (the default of torch and of accelerate's DDP kwargs) the
+  all-reduce buckets (bucket_cap_mb 25 each) are a second copy of all gradients: torch's
+  docstring says turning it on saves "the total gradients size".
+- DeepSpeed with fp16/bf16 casts the whole model to 16 bits; the fp32 master weights belong
+  to the optimizer state (12 bytes per trainable parameter with Adam), and at the step each
+  rank turns its 16-bit gradient partition into fp32 (4 bytes per parameter / world).
+- ZeRO-2: optimizer states and gradients partitioned over the world; every rank keeps all
+  weights (frozen ones too: only the optimizer's parameters are partitioned).
+- ZeRO-3: weights partitioned too (all of them, frozen included); a layer's parameters are
+  gathered for its forward and backward: the gathered working set is DeepSpeed's estimator
+  term, 4 bytes x the largest layer's parameters (16-bit weights + gradients).
+- ZeRO-3 + offload (offload_optimizer to CPU, parameters stay on the GPU): optimizer states,
+  fp32 masters and fp32 gradients live in the node's CPU memory; the optimizer step runs on
+  the CPU.
+- ZeRO reduce buckets: two (overlap_comm) of d_model**2 16-bit elements, HF's "auto" value
+  of reduce_bucket_size.
+
+Reference: DeepSpeed's `estimate_zero2_model_states_mem_needs` (stage_1_and_2.py) and
+`estimate_zero3_model_states_mem_needs` (stage3.py); `tests/memory/test_sharded.py` checks
+the model states against them. ZeRO-3 here keeps the 16-bit gradient partition (stage3.py's
+grad_partitions_flat_buffer) beside the fp32 gradient at the step, 2 bytes/parameter/world
+more than the estimator counts.
+
+Activations and the step's temporaries are the traced single-GPU ones (torch autocast;
+DeepSpeed's 16-bit model needs no cast copies of the weights, so this errs high). The peak
+per GPU is bounded from the single-process peak: in the forward and backward, at most the
+single-process activations plus gradients are live beyond the persistent bytes, and only
+the gradients shrink with sharding (the bound is the largest that split allows).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Literal
+
+from fitwhisper.errors import ConfigError
+from fitwhisper.memory.predict import (
+    ALLOCATOR_SLACK,
+    GIB,
+    MemoryPrediction,
+    MemoryRequest,
+)
+
+Strategy = Literal["ddp", "zero2", "zero3", "zero3_offload"]
+DEEPSPEED_STAGES = ("zero2", "zero3", "zero3_offload")
+STRATEGY_NAMES = {
+    "single": "one process",
+    "ddp": "DDP",
+    "zero2": "DeepSpeed ZeRO-2",
+    "zero3": "DeepSpeed ZeRO-3",
+    "zero3_offload": "DeepSpeed ZeRO-3, optimizer offloaded to CPU",
+}
+OVERLAP_BUCKETS = 2  # ZeRO's overlap_comm keeps two reduce buckets
+
+
+@dataclass(frozen=True)
+class ShardedPrediction:
+    """Predicted memory of ONE GPU of a data-parallel run, in bytes."""
+
+    single: MemoryPrediction  # the one-process prediction it is made from
+    strategy: str  # "single" (one process), "ddp", "zero2", "zero3", "zero3_offload"
+    num_gpus: int  # per node
+    num_nodes: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    optimizer_step_bytes: int
+    communication_bytes: int  # DDP buckets; ZeRO reduce buckets and gathered layer
+    peak_tensor_bytes: int
+    peak_phase: str
+    cuda_context_bytes: int
+    allocator_slack_bytes: int
+    total_bytes: int
+    cpu_bytes_per_node: int  # offloaded states on each node's CPU (0 without offload)
+    fp32_gradient_bytes: int = 0  # of optimizer_step_bytes: the fp32 gradient partition
+    gathered_bytes: int = 0  # of communication_bytes: ZeRO-3's gathered layer
+    sharded: tuple[str, ...] = field(default=())  # which parts are split over the world
+    offloaded: tuple[str, ...] = field(default=())  # which parts live in CPU memory
+    communication: str = ""  # what the communication row is
+    assumptions: str = ""
+
+    @property
+    def world_size(self) -> int:
+        return self.num_gpus * self.num_nodes
+
+    @property
+    def model_states_bytes(self) -> int:
+        """Weights, gradients, optimizer states and the fp32 gradient partition: what
+        DeepSpeed's estimators count (less the gathered layer)."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.fp32_gradient_bytes)  # fmt: skip
+
+    @property
+    def overlap_bytes(self) -> int:
+        return self.peak_tensor_bytes - (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.optimizer_step_bytes
+            + self.communication_bytes
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["single"] = self.single.to_dict()
+        d["world_size"] = self.world_size
+        d["overlap_bytes"] = self.overlap_bytes
+        d["launch"] = launch_command(self.strategy, self.num_gpus, self.num_nodes)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def format_table(self) -> str:
+        if self.strategy == "single":
+            return self.single.format_table()
+        s, r = self.single, self.single.request
+        n = self.world_size
+        ds = self.strategy in DEEPSPEED_STAGES
+        half = {"fp16": "fp16", "bf16": "bf16"}.get(r.precision) if ds else None
+        stored = half or ("fp32" if r.precision == "fp32" or ds else "fp32 (autocast)")
+
+        def where(part: str) -> str:
+            if part in self.offloaded:
+                return "offloaded to CPU"
+            return f"sharded 1/{n}" if part in self.sharded else "full copy on every GPU"
+
+        optim_what = f"{r.optim} states" + (" + fp32 masters" if half else "")
+        step_what = "traced step temporaries" + (" + fp32 gradient partition" if half else "")
+        rows = [
+            ("weights", self.weights_bytes, f"{stored}, {where('weights')}"),
+            ("gradients", self.gradients_bytes, f"{stored}, {where('gradients')}"),
+            ("optimizer states", self.optimizer_bytes, f"{optim_what}, {where('optimizer')}"),
+            ("activations", self.activations_bytes, "traced peak, as for one GPU"),
+            ("optimizer step", self.optimizer_step_bytes,
+             "runs on the CPU" if "optimizer" in self.offloaded else step_what),
+            ("communication", self.communication_bytes, self.communication),
+            ("not live at once", self.overlap_bytes, f"peak is in the {self.peak_phase}"),
+            ("peak of tensors", self.peak_tensor_bytes, ""),
+            ("CUDA context", self.cuda_context_bytes, "assumed"),
+            ("allocator slack", self.allocator_slack_bytes,
+             f"{ALLOCATOR_SLACK:.0%} of peak, assumed"),
+        ]  # fmt: skip
+        nodes = f"{self.num_nodes} nodes x " if self.num_nodes > 1 else ""
+        head = s.format_table().split("\n  ")[:2]  # the run's description, two lines
+        lines = [
+            "\n  ".join(head),
+            f"  per GPU of {n} ({nodes}{self.num_gpus} GPU{'s' if self.num_gpus > 1 else ''}"
+            f"{' per node' if self.num_nodes > 1 else ''}), {STRATEGY_NAMES[self.strategy]}:",
+            f"  {'':18} {'GiB':>8}",
+        ]
+        for name, b, why in rows:
+            if name == "peak of tensors":
+                lines.append(f"  {'-' * 27}")
+            lines.append(f"  {name:18} {b / GIB:8.2f}  {why}".rstrip())
+        lines.append(f"  {'-' * 27}")
+        lines.append(f"  {'total':18} {self.total_bytes / GIB:8.2f}  predicted peak per GPU")
+        if self.cpu_bytes_per_node:
+            lines.append(
+                f"  {'CPU RAM per node':18} {self.cpu_bytes_per_node / GIB:8.2f}  offloaded "
+                f"states of the node's {self.num_gpus} rank{'s' if self.num_gpus > 1 else ''}"
+            )
+        lines.append(f"  one GPU without sharding would need {s.total_bytes / GIB:.2f} GiB")
+        lines.append(f"  assumptions: {self.assumptions}")
+        lines.append(f"  launch: {launch_command(self.strategy, self.num_gpus, self.num_nodes)}")
+        lines += [f"  note: {x}" for x in s.notes]
+        return "\n".join(lines)
+
+
+def launch_command(strategy: str, num_gpus: int, num_nodes: int) -> str:
+    """The command that starts the run (train's --deepspeed flag is another branch's)."""
+    if strategy == "single":
+        return "fitwhisper train ..."
+    nodes = f"--nnodes {num_nodes} --node_rank R --master_addr HOST " if num_nodes > 1 else ""
+    ds = f" --deepspeed {strategy}" if strategy in DEEPSPEED_STAGES else ""
+    return f"torchrun {nodes}--nproc_per_node {num_gpus} -m fitwhisper train ...{ds}"
+
+
+def check_world(num_gpus: int, num_nodes: int, deepspeed: str | None) -> None:
+    """Refuse GPU counts and DeepSpeed stages that make no sense.
+
+    Raises:
+        ConfigError: num_gpus or num_nodes below 1, or a DeepSpeed stage on one GPU.
+    """
+    if num_gpus < 1 or num_nodes < 1:
+        raise ConfigError(
+            f"--num_gpus {num_gpus} --num_nodes {num_nodes}: both count processes' GPUs and "
+            "must be at least 1 (--num_gpus is GPUs per node, --num_nodes the machines)",
+            hint="e.g. --num_gpus 8, or --num_gpus 8 --num_nodes 2",
+        )
+    if deepspeed is not None and deepspeed not in DEEPSPEED_STAGES:
+        raise ConfigError(
+            f"--deepspeed {deepspeed!r} is not a stage planned for",
+            hint=f"choose from {', '.join(DEEPSPEED_STAGES)}",
+        )
+    if deepspeed and num_gpus * num_nodes < 2:
+        raise ConfigError(
+            f"--deepspeed {deepspeed} shards gradients, optimizer states and weights over the "
+            "processes of a run, and with 1 GPU in all there is nothing to shard over, so "
+            "the plan would be the one-GPU plan",
+            hint="give the GPUs the run will use: --num_gpus 2 or more (per node), or "
+            "--num_nodes; for one GPU, plan without --deepspeed",
+        )
+
+
+def shard(
+    prediction: MemoryPrediction,
+    num_gpus: int = 1,
+    num_nodes: int = 1,
+    deepspeed: str | None = None,
+) -> ShardedPrediction:
+    """Per-GPU memory of `prediction`'s run on num_gpus x num_nodes processes.
+
+    Without `deepspeed`: DDP (one process: the prediction itself). See the module docstring
+    for the rules.
+
+    Raises:
+        ConfigError: bad counts, a stage on one GPU, or a method DeepSpeed is not planned
+            for (8-bit/4-bit bases; offload with an optimizer other than AdamW).
+    """
+    check_world(num_gpus, num_nodes, deepspeed)
+    p, r = prediction, prediction.request
+    world = num_gpus * num_nodes
+    strategy = deepspeed or ("ddp" if world > 1 else "single")
+    if strategy == "single":
+        return ShardedPrediction(
+            single=p, strategy="single", num_gpus=1, num_nodes=1,
+            weights_bytes=p.weights_bytes, gradients_bytes=p.gradients_bytes,
+            optimizer_bytes=p.optimizer_bytes, activations_bytes=p.activations_bytes,
+            optimizer_step_bytes=p.optimizer_step_bytes, communication_bytes=0,
+            peak_tensor_bytes=p.peak_tensor_bytes, peak_phase=p.peak_phase,
+            cuda_context_bytes=p.cuda_context_bytes,
+            allocator_slack_bytes=p.allocator_slack_bytes, total_bytes=p.total_bytes,
+            cpu_bytes_per_node=0, assumptions="one process",
+        )  # fmt: skip
+    ds = strategy in DEEPSPEED_STAGES
+    if ds and (r.use_8bit or r.use_4bit):
+        raise ConfigError(
+            f"--deepspeed {strategy} with an 8-bit/4-bit (bitsandbytes) base is not planned for",
+            hint="plan LoRA (--use_lora) or full fine-tuning with DeepSpeed, or the quantised "
+            "base with plain DDP (no --deepspeed)",
+        )
+    if strategy == "zero3_offload" and r.optim not in ("adamw_torch", "adamw_torch_fused"):
+        raise ConfigError(
+            f"--deepspeed zero3_offload steps on the CPU with DeepSpeed's CPU Adam; --optim "
+            f"{r.optim} is not planned for there",
+            hint="use --optim adamw_torch, or --deepspeed zero3",
+        )
+
+    # The single-process parts; gradients are the trainable parameters' bytes in their
+    # stored dtype (fp32, also under torch mixed precision).
+    W, G, Opt, A, S = (p.weights_bytes, p.gradients_bytes, p.optimizer_bytes,
+                     p.activations_bytes, p.optimizer_step_bytes)  # fmt: skip
+    half = ds and r.precision in ("fp16", "bf16")
+    if half:  # DeepSpeed's layout: 16-bit model and gradients, fp32 masters in the optimizer
+        w, g, o, fp32_grads = W // 2, G // 2, Opt + G, G
+    else:
+        w, g, o, fp32_grads = W, G, Opt, 0
+    sharded: tuple[str, ...] = ()
+    offloaded: tuple[str, ...] = ()
+    cpu = gathered = fp32_r = 0
+    if strategy == "ddp":
+        w_r, g_r, o_r, s_r = w, g, o, S
+        comm = G  # bucket storage: a second copy of the gradients
+        comm_what = "gradient buckets (25 MiB each): a copy of all gradients"
+        assumptions = (
+            "DDP with gradient_as_bucket_view off (torch's default); "
+            "CUDA context and allocator slack as for one GPU; NCCL buffers not counted"
+        )
+    else:
+        d_model = _dims(r)[0]
+        elem = 2 if half else 4
+        buckets = OVERLAP_BUCKETS * d_model * d_model * elem
+        g_r, o_r = _div(g, world), _div(o, world)
+        fp32_r = _div(fp32_grads, world)
+        s_r = _div(S, world) + fp32_r
+        w_r = w if strategy == "zero2" else _div(w, world)
+        sharded = ("gradients", "optimizer") + (() if strategy == "zero2" else ("weights",))
+        comm, comm_what = buckets, f"{OVERLAP_BUCKETS} reduce buckets of d_model^2"
+        assumptions = "ZeRO-2 keeps every weight on every GPU (frozen ones too)"
+        if strategy != "zero2":
+            name, n = _dims(r)[1], _dims(r)[2]
+            gathered = 2 * elem * n  # its weights and gradients gathered: estimator's term
+            comm += gathered
+            comm_what += f" + gathered largest layer ({name}, {n / 1e6:.1f}M params)"
+            assumptions = "ZeRO-3 gathers one layer at a time, no prefetch beyond it"
+        if strategy == "zero3_offload":
+            # fp32 masters (a CPU copy in fp32 training too), Adam states and fp32
+            # gradients on the CPU; on the GPU the gradients only pass through the buckets.
+            cpu = _div(Opt + 2 * G, world) * num_gpus
+            g_r = o_r = s_r = fp32_r = 0
+            offloaded = ("gradients", "optimizer")
+            sharded = ("weights",)
+            assumptions += "; optimizer offloaded to CPU, parameters stay on the GPU"
+        assumptions += (
+            "; activations as traced with torch autocast; CUDA context and allocator slack "
+            "as for one GPU; NCCL buffers not counted"
+        )
+
+    # Peak: the forward/backward holds at most X beyond weights and optimizer states, of
+    # which at most A activations and G gradients; only the gradients shrink with sharding.
+    X = p.peak_tensor_bytes - W - Opt
+    a = min(A, X)
+    g_live = min(G, X - a)
+    fwd_bwd = w_r + o_r + a + (g_live * g_r // G if G else 0) + comm
+    opt = w_r + o_r + g_r + s_r + comm
+    peak, phase = (opt, "optimizer step") if opt > fwd_bwd else (fwd_bwd, "forward/backward")
+    if peak == fwd_bwd and p.peak_phase != "optimizer step":
+        phase = p.peak_phase
+    cuda = r.device == "cuda"
+    slack = int(ALLOCATOR_SLACK * peak) if cuda else 0
+    context = p.cuda_context_bytes
+    return ShardedPrediction(
+        single=p, strategy=strategy, num_gpus=num_gpus, num_nodes=num_nodes,
+        weights_bytes=w_r, gradients_bytes=g_r, optimizer_bytes=o_r, activations_bytes=A,
+        optimizer_step_bytes=s_r, communication_bytes=comm, peak_tensor_bytes=peak,
+        peak_phase=phase, cuda_context_bytes=context, allocator_slack_bytes=slack,
+        total_bytes=peak + context + slack, cpu_bytes_per_node=cpu, sharded=sharded,
+        offloaded=offloaded, communication=comm_what, assumptions=assumptions,
+        fp32_gradient_bytes=fp32_r, gathered_bytes=gathered,
+    )  # fmt: skip
+
+
+def _div(n: int, world: int) -> int:
+    return -(-n // world)  # a partition is padded up: DeepSpeed aligns them
+
+
+def _dims(r: MemoryRequest) -> tuple[int, str, int]:
+    from fitwhisper.memory.architectures import whisper_config
+
+    config = whisper_config(r.model)
+    # Only the model and its method matter: one meta model per method, not per batch.
+    key = replace(r, per_device_train_batch_size=1, gradient_checkpointing=False,
+                  max_audio_len=0.0, max_label_tokens=1, optim="adamw_torch")  # fmt: skip
+    return _largest_layer(key, config.to_json_string(use_diff=False))
+
+
+@lru_cache(maxsize=64)
+def _largest_layer(r: MemoryRequest, config_json: str) -> tuple[int, str, int]:
+    """d_model, and the module with the most parameters of its own (DeepSpeed's
+    `estimate_zero3_model_states_mem_needs_all_live` measure), from the meta model."""
+    from transformers import WhisperConfig
+
+    from fitwhisper.memory.predict import _build_meta
+
+    config = WhisperConfig(**json.loads(config_json))
+    model = _build_meta(config, r)
+    best, best_name = 0, ""
+    for name, m in model.named_modules():
+        n = sum(p.numel() for p in m.parameters(recurse=False))
+        if n > best:
+            best, best_name = n, name.rsplit(".", 1)[-1]
+    return config.d_model, best_name, best
