@@ -1,11 +1,16 @@
 """Predicted vs measured peak memory of one training step.
 
     PYTHONPATH=src python bench/memory_prediction.py [--device cpu|cuda] [--out FILE]
+    PYTHONPATH=src python bench/memory_prediction.py --grid mixed --batches 4 [--out FILE]
 
-For each configuration of the grid (tiny and base x batch 1, 4 x gradient checkpointing
-off, on x full, LoRA), a real model with random weights is built from the shipped
-configuration, one warm-up step creates the optimizer states, and the next step (forward
-with labels, backward, gradient clipping, AdamW step, zero_grad) is measured:
+For each configuration of the grid, a real model with random weights is built from the
+shipped configuration, one warm-up step creates the optimizer states, and the next step
+(forward with labels, backward, gradient clipping, AdamW step, zero_grad) is measured.
+`--grid fp32` (default): tiny and base x batch 1, 4 x gradient checkpointing off, on x full,
+LoRA, in fp32. `--grid mixed`: the paths beyond fp32, built as `fitwhisper train` builds
+them (saved, then loaded through train/methods.py's `load_kwargs` and
+`prepare_for_training`): full fine-tuning under bf16 autocast, LoRA on a bf16 base, and
+LoRA on an 8-bit and a 4-bit bitsandbytes base in fp32 and bf16. Measured:
 
 - cpu: the PyTorch profiler's memory events (profile_memory=True): the running sum of every
   allocation and free during the step, its maximum added to the bytes already held (weights,
@@ -35,6 +40,18 @@ MODELS = ("openai/whisper-tiny", "openai/whisper-base")
 BATCHES = (1, 4)
 LABEL_TOKENS = 128
 TOLERANCE = 0.10
+# The configurations of each grid, beyond model, batch and checkpointing.
+GRIDS: dict[str, list[dict]] = {
+    "fp32": [{}, {"use_lora": True}],
+    "mixed": [
+        {"precision": "bf16"},
+        {"precision": "bf16", "use_lora": True},
+        {"use_8bit": True, "use_lora": True},
+        {"use_4bit": True, "use_lora": True},
+        {"precision": "bf16", "use_8bit": True, "use_lora": True},
+        {"precision": "bf16", "use_4bit": True, "use_lora": True},
+    ],
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,20 +59,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--out", default=None, help="Write the markdown table here too.")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
+    ap.add_argument("--grid", choices=tuple(GRIDS), default="fp32")
     args = ap.parse_args(argv)
 
     rows = []
     for model in args.models:
-        for batch in BATCHES:
+        for batch in args.batches:
             for ckpt in (False, True):
-                for lora in (False, True):
+                for fields in GRIDS[args.grid]:
                     req = MemoryRequest(
                         model=model,
                         per_device_train_batch_size=batch,
                         gradient_checkpointing=ckpt,
-                        use_lora=lora,
                         max_label_tokens=LABEL_TOKENS,
                         device=args.device,
+                        **fields,
                     )
                     t0 = time.perf_counter()
                     pred = predict_memory(req)
@@ -81,14 +100,18 @@ def measure_step(req: MemoryRequest) -> int:
     device = torch.device(req.device)
     config = whisper_config(req.model)
     config._attn_implementation = req.attn_implementation
-    model = WhisperForConditionalGeneration(config).to(device)
+    mixed = req.precision != "fp32" or req.use_8bit or req.use_4bit
+    if mixed:
+        model = _as_train_builds_it(config, req)
+    else:
+        model = WhisperForConditionalGeneration(config).to(device)
     model.config.use_cache = False
-    model.model.encoder.embed_positions.requires_grad_(False)
+    model.get_encoder().embed_positions.requires_grad_(False)
     if req.gradient_checkpointing:
         model.activation_checkpointing_enable(
             activation_checkpointing_kwargs={"use_reentrant": False}
         )
-    if req.use_lora:
+    if req.use_lora and not mixed:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(
@@ -113,7 +136,8 @@ def measure_step(req: MemoryRequest) -> int:
                 0, 50000, (req.per_device_train_batch_size, req.max_label_tokens), device=device
             ),
         }
-        loss = model(**batch).loss
+        with _autocast(req):
+            loss = model(**batch).loss
         loss.backward()
         del loss
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -137,6 +161,40 @@ def measure_step(req: MemoryRequest) -> int:
             step()
         peak = held + _peak_from_memory_events(prof)
     return peak
+
+
+def _as_train_builds_it(config, req: MemoryRequest) -> torch.nn.Module:
+    """The model as `fitwhisper train` loads and prepares it for `req` (CPU): saved with
+    random weights, loaded with the method's from_pretrained arguments (a bf16 base, or a
+    bitsandbytes quantisation), then frozen and given LoRA adapters."""
+    import tempfile
+
+    from transformers import WhisperForConditionalGeneration
+
+    from fitwhisper.config import ModelConfig, TrainConfig
+    from fitwhisper.train.methods import load_kwargs, prepare_for_training
+
+    model_cfg = ModelConfig(
+        model="bench", use_lora=req.use_lora, use_8bit=req.use_8bit, use_4bit=req.use_4bit,
+        lora_r=req.lora_r, lora_alpha=2 * req.lora_r, lora_dropout=req.lora_dropout,
+        lora_target_modules=tuple(req.lora_target_modules),
+    )  # fmt: skip
+    kwargs = {"dtype": torch.float32, **load_kwargs(model_cfg, req.precision)}
+    with tempfile.TemporaryDirectory() as folder:
+        WhisperForConditionalGeneration(config).save_pretrained(folder)
+        model = WhisperForConditionalGeneration.from_pretrained(folder, **kwargs)
+    prepared = prepare_for_training(model, model_cfg, TrainConfig(learning_rate=1e-3))
+    gc.collect()
+    return prepared
+
+
+def _autocast(req: MemoryRequest):
+    import contextlib
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req.precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(req.device, dtype=dtype)
 
 
 def _held_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
@@ -170,7 +228,11 @@ def _peak_from_memory_events(prof) -> int:
 
 
 def _row(req, pred, measured, err, t_pred, t_meas) -> str:
-    method = "LoRA" if req.use_lora else "full"
+    from fitwhisper.method import METHOD_LABELS, method_of
+
+    method = METHOD_LABELS[method_of(req)]
+    if req.precision != "fp32":
+        method += f", {req.precision}"
     ckpt = "on" if req.gradient_checkpointing else "off"
     return (
         f"| {req.model.split('/')[-1]} | {req.per_device_train_batch_size} | {ckpt} | {method} "
@@ -185,7 +247,7 @@ def _table(rows, device: str) -> str:
     head = (
         f"device {device}; machine: {platform.machine()}, {platform.processor() or '?'}, "
         f"{torch.get_num_threads()} threads, Python {sys.version.split()[0]}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}; fp32, AdamW, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}; AdamW, "
         f"labels {LABEL_TOKENS} tokens, 30 s inputs (3000 frames), sdpa attention.\n\n"
         "| model | batch | checkpointing | method | predicted MiB | measured MiB | error "
         "| peak in | predict s | measure s |\n"
