@@ -46,6 +46,8 @@ def model(resolved, model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: Tra
     """The model, loaded as the method asks (quantised for 8-bit/4-bit), with language and
     task in its generation config so the saved model transcribes correctly in any pipeline
     without extra arguments; returns it and the language token it prompts with."""
+    import torch
+
     from fitwhisper.codeswitch import configure_no_language_token
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model
