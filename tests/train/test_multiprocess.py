@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import write_tone
 
 import fitwhisper
-from tests.conftest import write_tone
 
 pytestmark = pytest.mark.slow
 

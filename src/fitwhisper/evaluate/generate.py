@@ -198,11 +198,11 @@ def evaluate_rows(
     """Load `model_spec` (a spec or a `ResolvedModel`) and score it on checked `rows`
     (`data.usable.usable_rows`); the model is freed afterwards, so two models are never
     held at once."""
+    import torch
+
     from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
     from fitwhisper.data.features import SpeechDataset
     from fitwhisper.models.generation import configure_generation, language_for
-    import torch
-
     from fitwhisper.models.resolve import load_model
 
     # fp32, whatever the checkpoint stores: transformers 5 loads dtype="auto", and an
