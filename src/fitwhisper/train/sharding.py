@@ -1,0 +1,119 @@
+"""DeepSpeed ZeRO for `--deepspeed`: the shipped configs, the user's own file, and what
+cannot be combined with them, checked before anything loads.
+
+Three configs ship in `fitwhisper/assets/deepspeed/` (zero2, zero3, zero3_offload). Every
+value the Trainer knows is "auto" (batch sizes, accumulation, clipping, fp16/bf16, the
+offload config's AdamW hyper-parameters), so transformers' HfDeepSpeedConfig fills them
+from the run's flags and the printed plan stays true. zero2 and zero3 name no optimizer or
+scheduler: Trainer builds those from --optim and --lr_scheduler_type and DeepSpeed wraps
+them. zero3_offload names AdamW, which DeepSpeed runs on the CPU (DeepSpeedCPUAdam, built
+on first use), so it takes --optim adamw_torch only.
+
+Refused with DeepSpeed, and why:
+
+- --use_8bit/--use_4bit with ZeRO-3: ZeRO-3 partitions every weight across processes, and
+  bitsandbytes' quantised weights cannot be partitioned (use zero2; or drop quantisation:
+  ZeRO-3 already splits the frozen base).
+- --auto_fit: its memory model is one whole model per GPU (DDP), not ZeRO's shards.
+- A config with its own optimizer section and --optim other than adamw_torch: the
+  config's optimizer would win, silently.
+
+The OOM back-off (memory/backoff.py) splits a batch that ran out of memory into
+micro-batches inside one optimizer step. Under DeepSpeed the engine owns gradient
+accumulation (each backward is one of its micro-steps, and ZeRO-2/3 cannot skip the
+gradient reduction with no_sync), so the split is off there: an OOM in training ends the
+run with the out-of-memory advice. Under ZeRO-3 the evaluation split is off too: every
+forward pass gathers weights from all processes, so the processes must run as many.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from importlib import resources
+from pathlib import Path
+
+from fitwhisper.config import ModelConfig, TrainConfig
+
+NAMES = ("zero2", "zero3", "zero3_offload")
+INSTALL = "pip install 'fitwhisper[deepspeed]' (or: DS_BUILD_OPS=0 pip install deepspeed)"
+
+
+def config_path(value: str) -> Path:
+    """The JSON file `--deepspeed value` names: a shipped config's, or the user's file."""
+    if value in NAMES:
+        return Path(str(resources.files("fitwhisper") / "assets" / "deepspeed" / f"{value}.json"))
+    return Path(value).expanduser()
+
+
+def load_config(value: str) -> dict:
+    """The DeepSpeed config `--deepspeed value` names, parsed (validated first: `problems`)."""
+    return json.loads(config_path(value).read_text(encoding="utf-8"))
+
+
+def zero_stage(config: dict) -> int:
+    """The config's ZeRO stage (DeepSpeed's default, 0, when it names none)."""
+    zero = config.get("zero_optimization") or {}
+    return int(zero.get("stage", 0)) if isinstance(zero, dict) else 0
+
+
+def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
+    """What is wrong with --deepspeed and what it is combined with (none without it)."""
+    if not cfg.deepspeed:
+        return []
+    value = cfg.deepspeed
+    path = config_path(value)
+    found: list[str] = []
+    if importlib.util.find_spec("deepspeed") is None:
+        found.append(f"--deepspeed needs the deepspeed package, which is not installed: {INSTALL}")
+    if not path.is_file():
+        return found + [
+            f"--deepspeed {value}: not one of {', '.join(NAMES)} and no such file "
+            f"({path}); name a shipped config or the path of a DeepSpeed JSON file"
+        ]
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        return found + [f"--deepspeed {value}: cannot read {path} ({e})"]
+    except json.JSONDecodeError as e:
+        return found + [
+            f"--deepspeed {value}: {path} is not valid JSON ({e.msg} at line {e.lineno}, "
+            f"column {e.colno}); fix the file, or start from a shipped config "
+            f"({config_path('zero2')})"
+        ]
+    if not isinstance(config, dict):
+        return found + [f"--deepspeed {value}: {path} holds JSON but not an object of settings"]
+    stage = _stage_or_problem(config, value, found)
+    if stage == 3 and (model_cfg.use_8bit or model_cfg.use_4bit):
+        flag = "--use_8bit" if model_cfg.use_8bit else "--use_4bit"
+        found.append(
+            f"{flag} with ZeRO-3 (--deepspeed {value}): ZeRO-3 partitions every weight across "
+            "processes and bitsandbytes' quantised weights cannot be partitioned; use "
+            f"--deepspeed zero2, or drop {flag} (ZeRO-3 already splits the frozen base)"
+        )
+    if cfg.auto_fit:
+        found.append(
+            "--auto_fit with --deepspeed: the memory planner models one whole model per GPU, "
+            "not ZeRO's shards; set --per_device_train_batch_size yourself"
+        )
+    if "optimizer" in config and cfg.optim != "adamw_torch":
+        found.append(
+            f"--optim {cfg.optim} with --deepspeed {value}: the config names its own optimizer "
+            f"({(config['optimizer'] or {}).get('type', '?')}), which would win; drop --optim, "
+            "or use a config without an optimizer section (zero2, zero3)"
+        )
+    return found
+
+
+def _stage_or_problem(config: dict, value: str, found: list[str]) -> int | None:
+    try:
+        stage = zero_stage(config)
+    except (TypeError, ValueError):
+        stage = None
+    if stage not in (0, 1, 2, 3):
+        found.append(
+            f"--deepspeed {value}: zero_optimization.stage must be 0, 1, 2 or 3, got "
+            f"{(config.get('zero_optimization') or {}).get('stage')!r}"
+        )
+        return None
+    return stage
