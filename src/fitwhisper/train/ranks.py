@@ -60,6 +60,21 @@ def _fsdp_asked() -> bool:
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
 
 
+def alone_as_a_group() -> None:
+    """One process without a launcher, described as a group of one: DeepSpeed finds its
+    peers in torchrun's variables and, without them, looks for MPI (mpi4py) and fails.
+    Under a launcher (RANK or WORLD_SIZE set) nothing changes."""
+    if "RANK" in os.environ or "WORLD_SIZE" in os.environ:
+        return
+    import socket
+
+    with socket.socket() as s:  # a free port for the group's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))  # fmt: skip
+
+
 def wait_for_everyone() -> None:
     if world_size() > 1:
         from accelerate import PartialState

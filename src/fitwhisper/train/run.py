@@ -66,6 +66,8 @@ def train(
     model_cfg = _apply_method(model_cfg)
     precision = run_precision(train_cfg.fp16, train_cfg.bf16)
     validate(model_cfg, data_cfg, train_cfg, precision=precision)
+    if train_cfg.deepspeed:
+        ranks.alone_as_a_group()  # no launcher: DeepSpeed would look for MPI instead
     ranks.start()  # under torchrun/accelerate launch: join the other processes (ranks.py)
 
     # 1. The model spec resolves and its tokenizer loads before the run folder is made
