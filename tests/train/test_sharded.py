@@ -5,7 +5,7 @@ DeepSpeed: two processes with ZeRO-2 or ZeRO-3 take the same steps as one proces
 twice the accumulation (test_multiprocess.py's reference), so losses and weights must
 agree up to float summation order. The first DeepSpeed run on a machine builds DeepSpeed's
 shared-memory communication op (about a minute on 2 cores, cached in
-~/.cache/torch_extensions); zero3_offload also builds its CPU Adam (several minutes), so
+~/.cache/torch_extensions); zero3_offload also builds its CPU Adam (about 3 minutes), so
 it is tested only where that build is cached already.
 
 FSDP: accelerate (1.15) shards with FSDP on GPUs and other accelerators only. On the CPU,
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -101,6 +102,32 @@ def test_zero3_trains_like_one_process_and_scores_final_on_the_main_process(
     assert "held-out 4 clips: WER" in log
     assert "REGRESSION_AFTER" in log
     assert (out / "eval" / "regression.json").is_file()
+
+
+def _op_built(name: str) -> bool:
+    """Whether DeepSpeed's JIT-built op `name` is in torch's extension cache already."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
+    return any(Path(root).glob(f"*/{name}/*.so"))
+
+
+@needs_deepspeed
+@pytest.mark.skipif(
+    not _op_built("cpu_adam"),
+    reason="zero3_offload's first run builds DeepSpeed's CPU Adam (minutes); run "
+    "`python -c 'from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()'`"
+    " once to enable this test",
+)
+def test_zero3_offload_trains_like_one_process(
+    tiny_whisper_dir,
+    clips,  # noqa: F811
+    one_process,  # noqa: F811
+    tmp_path,
+) -> None:
+    """Weights and AdamW states in CPU memory, stepped by DeepSpeed's CPU Adam."""
+    out = tmp_path / "offload"
+    _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, out),
+                  "--deepspeed", "zero3_offload"))  # fmt: skip
+    _assert_same_run(out, one_process)
 
 
 @needs_deepspeed
