@@ -165,6 +165,30 @@ def test_an_oom_under_deepspeed_stops_with_advice_instead_of_splitting(
     assert not (out / "final").exists()
 
 
+@needs_deepspeed
+def test_a_killed_zero2_run_resumes_from_its_sharded_checkpoint(
+    tiny_whisper_dir,
+    clips,  # noqa: F811
+    one_process,  # noqa: F811
+    tmp_path,
+) -> None:
+    """Rank 0 is SIGKILLed in step 3. checkpoint-2 holds each rank's ZeRO shards
+    (global_step2/), all under the completeness marker; --resume loads them through
+    DeepSpeed and finishes the run with the uninterrupted losses and weights."""
+    out = tmp_path / "killed"
+    args = [*_train_args(tiny_whisper_dir, clips, out), "--deepspeed", "zero2",
+            "--save_strategy", "steps"]  # fmt: skip
+    done = _run(_torchrun(str(HERE / "rank_faults.py"), "kill", "0", "3", *args))
+    assert done.returncode != 0
+    assert not (out / "final").exists()
+    marker = json.loads((out / "checkpoint-2" / "fitwhisper_checkpoint.json").read_text())
+    shards = {f for f in marker["files"] if f.startswith("global_step2/")}
+    assert {f"global_step2/zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)} <= shards
+    log = _ok(_torchrun("-m", "fitwhisper", *args, "--resume"))
+    assert "resumed from" in log
+    _assert_same_run(out, one_process)
+
+
 def _accelerate_fsdp(*extra: str) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", "--use_fsdp",
             "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
