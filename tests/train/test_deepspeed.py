@@ -140,7 +140,7 @@ def test_a_quantised_base_is_refused_with_zero3_only(
         assert "ZeRO" not in e.message
 
 
-def test_auto_fit_and_an_optimizer_the_config_overrides_are_refused(
+def test_auto_fit_an_overridden_optimizer_and_skipping_steps_are_refused(
     tmp_path: Path, deepspeed_installed
 ) -> None:
     msg = _problems(tmp_path, deepspeed="zero2", auto_fit=True)
@@ -148,6 +148,8 @@ def test_auto_fit_and_an_optimizer_the_config_overrides_are_refused(
     msg = _problems(tmp_path, deepspeed="zero3_offload", optim="adafactor")
     assert "--optim adafactor with --deepspeed zero3_offload: the config names its own " in msg
     _passes(tmp_path, deepspeed="zero2", optim="adafactor")  # Trainer's optimizer, wrapped
+    msg = _problems(tmp_path, deepspeed="zero2", on_nonfinite="skip")
+    assert "--on_nonfinite skip with --deepspeed zero2: DeepSpeed updates the weights" in msg
 
 
 def test_the_flag_reaches_the_config_and_help() -> None:

@@ -17,6 +17,9 @@ Refused with DeepSpeed, and why:
 - --auto_fit: its memory model is one whole model per GPU (DDP), not ZeRO's shards.
 - A config with its own optimizer section and --optim other than adamw_torch: the
   config's optimizer would win, silently.
+- --on_nonfinite skip: accelerate steps the DeepSpeed engine inside backward, so the
+  divergence guard (guard.py) sees a step only after its update; it can still stop the
+  run there (nothing of the step is saved), not drop the update.
 
 The OOM back-off (memory/backoff.py) splits a batch that ran out of memory into
 micro-batches inside one optimizer step. Under DeepSpeed the engine owns gradient
@@ -95,6 +98,13 @@ def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
         found.append(
             "--auto_fit with --deepspeed: the memory planner models one whole model per GPU, "
             "not ZeRO's shards; set --per_device_train_batch_size yourself"
+        )
+    if cfg.on_nonfinite == "skip":
+        found.append(
+            f"--on_nonfinite skip with --deepspeed {value}: DeepSpeed updates the weights "
+            "inside the backward pass, before the divergence guard sees the step, so a "
+            "non-finite step cannot be dropped; use --on_nonfinite stop (the run still stops "
+            "at that step, before anything of it is saved)"
         )
     if "optimizer" in config and cfg.optim != "adamw_torch":
         found.append(
