@@ -217,3 +217,33 @@ def test_transformers_fills_every_auto_value_from_the_runs_flags(
 class _ModelStub:
     def __init__(self, config) -> None:
         self.config = config
+
+
+def test_zero3_must_gather_its_weights_on_save(tmp_path: Path, deepspeed_installed) -> None:
+    own = tmp_path / "z3.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    msg = _problems(tmp_path, deepspeed=str(own))
+    assert "ZeRO-3 without zero_optimization.stage3_gather_16bit_weights_on_model_save" in msg
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        ({}, False),  # FSDP 1: accelerate's default is FULL_STATE_DICT
+        ({"FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_VERSION": "2"}, False),
+        ({"FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}, True),
+        ({"FSDP_VERSION": "2"}, True),  # FSDP 2 defaults to SHARDED_STATE_DICT
+    ],
+)
+def test_an_fsdp_launch_must_save_a_full_state_dict(
+    env: dict, refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("FSDP_STATE_DICT_TYPE", "FSDP_VERSION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused:
+        assert "launch with --fsdp_state_dict_type FULL_STATE_DICT" in _problems(tmp_path)
+    else:
+        _passes(tmp_path)

@@ -1,5 +1,6 @@
 """DeepSpeed ZeRO for `--deepspeed`: the shipped configs, the user's own file, and what
-cannot be combined with them, checked before anything loads.
+cannot be combined with them, checked before anything loads; and an FSDP launch whose
+state dict type would leave final/ without weights.
 
 Three configs ship in `fitwhisper/assets/deepspeed/` (zero2, zero3, zero3_offload). Every
 value the Trainer knows is "auto" (batch sizes, accumulation, clipping, fp16/bf16, the
@@ -10,6 +11,9 @@ them. zero3_offload names AdamW, which DeepSpeed runs on the CPU (DeepSpeedCPUAd
 on first use), so it takes --optim adamw_torch only.
 
 Refused with DeepSpeed, and why:
+
+- A ZeRO-3 file without zero_optimization.stage3_gather_16bit_weights_on_model_save: true:
+  save_model would write DeepSpeed shards, not a model final/ can load from.
 
 - --use_8bit/--use_4bit with ZeRO-3: ZeRO-3 partitions every weight across processes, and
   bitsandbytes' quantised weights cannot be partitioned (use zero2; or drop quantisation:
@@ -33,12 +37,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
 
 NAMES = ("zero2", "zero3", "zero3_offload")
+GATHER_ON_SAVE = "stage3_gather_16bit_weights_on_model_save"
 INSTALL = "pip install 'fitwhisper[deepspeed]' (or: DS_BUILD_OPS=0 pip install deepspeed)"
 
 
@@ -61,9 +67,30 @@ def zero_stage(config: dict) -> int:
 
 
 def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
-    """What is wrong with --deepspeed and what it is combined with (none without it)."""
-    if not cfg.deepspeed:
+    """What is wrong with --deepspeed and what it is combined with, and with an FSDP launch
+    (none without either)."""
+    return _fsdp_problems() + (_deepspeed_problems(model_cfg, cfg) if cfg.deepspeed else [])
+
+
+def _fsdp_problems() -> list[str]:
+    """`accelerate launch --use_fsdp` with a sharded state dict: Trainer's save_model then
+    writes no weights at all (only FULL_STATE_DICT gathers them), so final/ would hold a
+    processor and no model."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() not in ("1", "true"):
         return []
+    version = os.environ.get("FSDP_VERSION", "1")
+    default = "FULL_STATE_DICT" if version == "1" else "SHARDED_STATE_DICT"  # accelerate's
+    kind = os.environ.get("FSDP_STATE_DICT_TYPE") or default
+    if kind.upper() == "FULL_STATE_DICT":
+        return []
+    return [
+        f"FSDP with {kind} (FSDP version {version}): Trainer's save_model writes no weights "
+        "then, so final/ would hold no model; launch with --fsdp_state_dict_type "
+        "FULL_STATE_DICT"
+    ]
+
+
+def _deepspeed_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
     value = cfg.deepspeed
     path = config_path(value)
     found: list[str] = []
@@ -87,6 +114,13 @@ def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
     if not isinstance(config, dict):
         return found + [f"--deepspeed {value}: {path} holds JSON but not an object of settings"]
     stage = _stage_or_problem(config, value, found)
+    zero = config.get("zero_optimization") or {}
+    if stage == 3 and not (isinstance(zero, dict) and zero.get(GATHER_ON_SAVE)):
+        found.append(
+            f"--deepspeed {value}: ZeRO-3 without zero_optimization.{GATHER_ON_SAVE}: true "
+            "saves DeepSpeed shards instead of a model, so final/ would not load; set it to "
+            "true (as the shipped zero3 does)"
+        )
     if stage == 3 and (model_cfg.use_8bit or model_cfg.use_4bit):
         flag = "--use_8bit" if model_cfg.use_8bit else "--use_4bit"
         found.append(
