@@ -466,7 +466,8 @@ class TrainConfig:
     deepspeed: str | None = field(
         default=None,
         metadata={
-            "help": "Shard training with DeepSpeed ZeRO (under torchrun or accelerate launch): "
+            "help": "Shard training with DeepSpeed ZeRO (processes under torchrun or accelerate "
+            "launch, or one without a launcher): "
             "zero2 (optimizer states and gradients split across processes), zero3 (the "
             "weights too), zero3_offload (zero3 with weights and optimizer states in CPU "
             "memory), or a DeepSpeed JSON file of your own. The shipped configs leave batch, "
