@@ -281,8 +281,8 @@ def _without_deepspeed(final_dir: Path):
     any Trainer built now (the scorer's) would join the shared DeepSpeed state and try to
     start a ZeRO inference engine. So the DeepSpeed config transformers keeps global is
     dropped, accelerate's shared state and its environment flag are reset (the process
-    group stays), and the saved
-    model, whole, is loaded in fp32.
+    group stays), and the saved model, whole, is loaded in fp32 (a LoRA adapter on its
+    base, which is loaded unquantised even when --use_8bit/--use_4bit trained it).
     """
     import torch
     from accelerate.state import AcceleratorState
