@@ -126,18 +126,16 @@ def test_without_the_package_the_error_gives_the_install_command(
 
 
 @pytest.mark.parametrize("flag", ["use_8bit", "use_4bit"])
-def test_a_quantised_base_is_refused_with_zero3_only(
+def test_a_quantised_base_is_not_refused_with_any_stage(
     flag: str, tmp_path: Path, deepspeed_installed
 ) -> None:
+    """LoRA on an 8-bit or 4-bit base trained under zero2 and zero3 alike (test_sharded.py)."""
     model = ModelConfig(model="no/such-model", use_lora=True, **{flag: True})
-    for name in ("zero3", "zero3_offload"):
-        msg = _problems(tmp_path, model, deepspeed=name)
-        assert f"--{flag} with ZeRO-3 (--deepspeed {name})" in msg
-        assert "use --deepspeed zero2" in msg
-    try:  # zero2 adds no problem of its own (bitsandbytes may still be missing here)
-        _passes(tmp_path, model, deepspeed="zero2")
-    except ConfigError as e:
-        assert "ZeRO" not in e.message
+    for name in NAMES:
+        try:  # bitsandbytes may be missing here: only DeepSpeed's own problems count
+            _passes(tmp_path, model, deepspeed=name)
+        except ConfigError as e:
+            assert "deepspeed" not in e.message.lower()
 
 
 def test_auto_fit_an_overridden_optimizer_and_skipping_steps_are_refused(

@@ -15,15 +15,18 @@ Refused with DeepSpeed, and why:
 - A ZeRO-3 file without zero_optimization.stage3_gather_16bit_weights_on_model_save: true:
   save_model would write DeepSpeed shards, not a model final/ can load from.
 
-- --use_8bit/--use_4bit with ZeRO-3: ZeRO-3 partitions every weight across processes, and
-  bitsandbytes' quantised weights cannot be partitioned (use zero2; or drop quantisation:
-  ZeRO-3 already splits the frozen base).
 - --auto_fit: its memory model is one whole model per GPU (DDP), not ZeRO's shards.
 - A config with its own optimizer section and --optim other than adamw_torch: the
   config's optimizer would win, silently.
 - --on_nonfinite skip: accelerate steps the DeepSpeed engine inside backward, so the
   divergence guard (guard.py) sees a step only after its update; it can still stop the
   run there (nothing of the step is saved), not drop the update.
+
+Not refused, because it ran: --use_8bit/--use_4bit (LoRA on a bitsandbytes base) with
+zero2 and zero3 trained on the CPU with equal losses and adapters. The base loads whole in
+each process and DeepSpeed partitions it afterwards (no zero.Init at load time), so PEFT's
+advice for sharded QLoRA loading (bnb_4bit_quant_storage) does not apply; on GPUs this is
+untested.
 
 The OOM back-off (memory/backoff.py) splits a batch that ran out of memory into
 micro-batches inside one optimizer step. Under DeepSpeed the engine owns gradient
@@ -69,7 +72,7 @@ def zero_stage(config: dict) -> int:
 def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
     """What is wrong with --deepspeed and what it is combined with, and with an FSDP launch
     (none without either)."""
-    return _fsdp_problems() + (_deepspeed_problems(model_cfg, cfg) if cfg.deepspeed else [])
+    return _fsdp_problems() + (_deepspeed_problems(cfg) if cfg.deepspeed else [])
 
 
 def _fsdp_problems() -> list[str]:
@@ -90,7 +93,7 @@ def _fsdp_problems() -> list[str]:
     ]
 
 
-def _deepspeed_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
+def _deepspeed_problems(cfg: TrainConfig) -> list[str]:
     value = cfg.deepspeed
     path = config_path(value)
     found: list[str] = []
@@ -120,13 +123,6 @@ def _deepspeed_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
             f"--deepspeed {value}: ZeRO-3 without zero_optimization.{GATHER_ON_SAVE}: true "
             "saves DeepSpeed shards instead of a model, so final/ would not load; set it to "
             "true (as the shipped zero3 does)"
-        )
-    if stage == 3 and (model_cfg.use_8bit or model_cfg.use_4bit):
-        flag = "--use_8bit" if model_cfg.use_8bit else "--use_4bit"
-        found.append(
-            f"{flag} with ZeRO-3 (--deepspeed {value}): ZeRO-3 partitions every weight across "
-            "processes and bitsandbytes' quantised weights cannot be partitioned; use "
-            f"--deepspeed zero2, or drop {flag} (ZeRO-3 already splits the frozen base)"
         )
     if cfg.auto_fit:
         found.append(
