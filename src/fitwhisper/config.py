@@ -463,6 +463,19 @@ class TrainConfig:
             "where the hardware allows) or eager (plain matmul + softmax)."
         },
     )
+    deepspeed: str | None = field(
+        default=None,
+        metadata={
+            "help": "Shard training with DeepSpeed ZeRO (processes under torchrun or accelerate "
+            "launch, or one without a launcher): "
+            "zero2 (optimizer states and gradients split across processes), zero3 (the "
+            "weights too), zero3_offload (zero3 with weights and optimizer states in CPU "
+            "memory), or a DeepSpeed JSON file of your own. The shipped configs leave batch, "
+            'accumulation, learning rate, clipping and precision "auto": the other flags '
+            "fill them. Needs the deepspeed package (pip install 'fitwhisper[deepspeed]').",
+            "metavar": "zero2|zero3|zero3_offload|FILE",
+        },
+    )
 
 
 @dataclass(frozen=True)

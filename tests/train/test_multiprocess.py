@@ -132,7 +132,8 @@ def test_accelerate_launch_two_processes_train_the_same(
     tiny_whisper_dir, clips, one_process, tmp_path
 ) -> None:
     out = tmp_path / "accelerate"
-    # --multi_gpu is accelerate's name for DDP; without CUDA, fitwhisper joins over gloo.
+    # accelerate 1.15 refuses --multi_gpu with --cpu, and --cpu alone runs one process:
+    # --multi_gpu on a machine without GPUs joins the processes over gloo on the CPU.
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
            "--dynamo_backend", "no", "-m", "fitwhisper",

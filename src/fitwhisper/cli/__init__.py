@@ -37,7 +37,7 @@ from fitwhisper.cli import (
     transcribe,
 )
 from fitwhisper.cli.flags import add_options, build_config
-from fitwhisper.errors import FitWhisperError
+from fitwhisper.errors import FitWhisperError, OutOfMemoryError
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FitWhisperError as e:
         if common.debug:
             raise
-        if os.environ.get("RANK", "0") not in ("", "0"):
+        rank = os.environ.get("RANK", "0")
+        if rank not in ("", "0") and not isinstance(e, OutOfMemoryError):
             return 1  # several processes (torchrun): the main one prints the message
-        print(f"error: {e.message}", file=sys.stderr)
+        # Out of memory happens to one process (the main one may be fine): it says which.
+        where = f" (rank {rank})" if rank not in ("", "0") else ""
+        print(f"error{where}: {e.message}", file=sys.stderr)
         if e.hint:
             print(f"\nhint: {e.hint}", file=sys.stderr)
         return 1
@@ -114,8 +117,6 @@ def _as_user_error(e: Exception) -> Exception:
         return e
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(e, torch.OutOfMemoryError):
-        from fitwhisper.errors import OutOfMemoryError
-
         return OutOfMemoryError(
             f"the GPU ran out of memory ({str(e).splitlines()[0]})",
             hint="lower --per_device_train_batch_size and raise --gradient_accumulation_steps "

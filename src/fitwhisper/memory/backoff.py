@@ -30,6 +30,12 @@ Several processes (DDP): a rank that runs out of memory splits its own batch alo
 micro-batches but the last run under `no_sync`, so it still all-reduces once per batch,
 as the others do, and the averaged gradient is the same as without the OOM.
 
+DeepSpeed (`--deepspeed`): the engine owns gradient accumulation (every backward is one of
+its micro-steps, and ZeRO-2/3 cannot hold back the gradient reduction with no_sync), so a
+training batch is never split there: an OOM ends the run with the advice below. Under
+ZeRO-3 evaluation is not split either: every forward pass gathers the weights from all
+processes, so each must run as many as the others.
+
 Not covered: OOM outside training_step (the optimizer step, gradient clipping, saving),
 where there is no batch to shrink (the first step allocates the optimizer states, whatever
 the batch); the run then stops with torch's error, which
@@ -127,6 +133,8 @@ class BackoffTrainer(Seq2SeqTrainer):
                         self.state.global_step + 1,
                     )
             release_memory()
+            if self.is_deepspeed_enabled:  # DeepSpeed counts micro-steps: never split
+                raise self._no_fit_error("training", _batch_size(chunk), split=False)
             self._back_off_training(batch, _batch_size(chunk))
             # Only the failed chunk is redone, cut to the new micro-batch size.
             size = min(-(-batch // self.train_split), -(-_batch_size(chunk) // 2))
@@ -197,6 +205,8 @@ class BackoffTrainer(Seq2SeqTrainer):
             # has no side effects, so the whole batch is redone in smaller chunks.
             release_memory()
             old = -(-batch // self.eval_split)
+            if _zero3(self):  # each forward gathers weights from every process: never split
+                raise self._no_fit_error("evaluation", old, split=False)
             if old <= 1:
                 raise self._no_fit_error("evaluation", old)
             self.eval_split *= 2
@@ -238,7 +248,7 @@ class BackoffTrainer(Seq2SeqTrainer):
 
     # --- giving up ------------------------------------------------------------------------
 
-    def _no_fit_error(self, phase: str, batch: int) -> OutOfMemoryError:
+    def _no_fit_error(self, phase: str, batch: int, split: bool = True) -> OutOfMemoryError:
         where = ""
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
@@ -247,6 +257,21 @@ class BackoffTrainer(Seq2SeqTrainer):
             f"out of memory in {phase} with a batch of {batch}{where}: even one clip does not "
             "fit with these settings"
         )
+        if not split:
+            flag = (
+                "per_device_train_batch_size"
+                if phase == "training"
+                else "per_device_eval_batch_size"
+            )
+            message = (
+                f"out of memory in {phase} with a batch of {batch}{where} under DeepSpeed, "
+                "which leaves no room to split the batch (it owns gradient accumulation)"
+            )
+            return OutOfMemoryError(
+                message,
+                hint=f"lower --{flag} (raise --gradient_accumulation_steps to keep the "
+                "effective batch), or shard more: --deepspeed zero3, then zero3_offload",
+            )
         hint = "run `fitwhisper plan` to find settings that fit"
         if self.memory_request:
             need = _predicted_total(self.memory_request)
@@ -288,6 +313,15 @@ def _predicted_total(request: MemoryRequest) -> int | None:
     except Exception as e:  # the message must not fail on an option the predictor lacks
         log.debug("no prediction for the out-of-memory message: %s", e)
         return None
+
+
+def _zero3(trainer) -> bool:
+    """Whether `trainer` runs under DeepSpeed ZeRO-3 (weights partitioned across processes)."""
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return False
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
 
 
 def _batch_size(inputs: dict[str, Any]) -> int:

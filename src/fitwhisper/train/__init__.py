@@ -18,6 +18,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `lock`: one run per folder (a kernel lock, released when its process ends)
 - `record`: RUN/fitwhisper.yaml, the run record
 - `ranks`: several processes (torchrun, accelerate launch): what the main one does alone
+- `sharding`: `--deepspeed` (the shipped ZeRO configs, a file, what they refuse) and FSDP
+  launches that would leave final/ without weights
 
 The run folder:
 

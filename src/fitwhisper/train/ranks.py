@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # The other ranks wait while the main one checks every row of the data (hours for a large
 # set) and scores the final model: far longer than torch's 30-minute default.
@@ -46,6 +47,32 @@ def start() -> None:
     PartialState(cpu=not torch.cuda.is_available(), timeout=TIMEOUT)
     if not is_main():
         logging.getLogger("fitwhisper").setLevel(logging.WARNING)
+    elif _fsdp_asked() and not torch.cuda.is_available():
+        log.warning(
+            "accelerate launch asked for FSDP, but accelerate shards with FSDP on GPUs (and "
+            "other accelerators) only: on the CPU this run is plain DDP, every process holding "
+            "the whole model"
+        )
+
+
+def _fsdp_asked() -> bool:
+    """Whether the launcher asked for FSDP (`accelerate launch --use_fsdp` or its config)."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+
+
+def alone_as_a_group() -> None:
+    """One process without a launcher, described as a group of one: DeepSpeed finds its
+    peers in torchrun's variables and, without them, looks for MPI (mpi4py) and fails.
+    Under a launcher (RANK or WORLD_SIZE set) nothing changes."""
+    if "RANK" in os.environ or "WORLD_SIZE" in os.environ:
+        return
+    import socket
+
+    with socket.socket() as s:  # a free port for the group's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))  # fmt: skip
 
 
 def wait_for_everyone() -> None:

@@ -66,6 +66,8 @@ def train(
     model_cfg = _apply_method(model_cfg)
     precision = run_precision(train_cfg.fp16, train_cfg.bf16)
     validate(model_cfg, data_cfg, train_cfg, precision=precision)
+    if train_cfg.deepspeed:
+        ranks.alone_as_a_group()  # no launcher: DeepSpeed would look for MPI instead
     ranks.start()  # under torchrun/accelerate launch: join the other processes (ranks.py)
 
     # 1. The model spec resolves and its tokenizer loads before the run folder is made
@@ -241,7 +243,11 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
     metrics: dict[str, float] = {}
     if data.eval_ds is None and regression is None:
         return metrics
-    free_training_memory(trainer)
+    model = trainer.model
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        model = _without_deepspeed(out / "final")
+    else:
+        free_training_memory(trainer)
     release_memory()
     if data.eval_ds is not None:
         rows = data.eval_rows
@@ -252,7 +258,7 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
             # The model's own output (no conversion): its script share is the point.
             expected_script=expected_script(model_cfg.output_script) or "auto",
         )
-        res = evaluate_model(trainer.model, processor, data.eval_ds, [r.text for r in rows],
+        res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
                              [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip
         res.write(out / "eval")
         metrics[res.score.metric] = res.score.normalized
@@ -261,7 +267,30 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
         if "script" in (extra := res.extra_figures()):
             metrics["script_share"] = extra["script"]["share_in_expected_script"]
     if regression is not None:
-        report = regression.score_after(trainer.model, out / "eval")
+        report = regression.score_after(model, out / "eval")
         metrics["regression_before"] = report.before.score.normalized
         metrics["regression_after"] = report.after.score.normalized
     return metrics
+
+
+def _without_deepspeed(final_dir: Path):
+    """final/ loaded afresh for the main process to score alone, DeepSpeed switched off.
+
+    The training model cannot be scored by one process under DeepSpeed: under ZeRO-3 its
+    weights are split across the processes (each forward pass gathers them from all), and
+    any Trainer built now (the scorer's) would join the shared DeepSpeed state and try to
+    start a ZeRO inference engine. So the DeepSpeed config transformers keeps global is
+    dropped, accelerate's shared state and its environment flag are reset (the process
+    group stays), and the saved model, whole, is loaded in fp32 (a LoRA adapter on its
+    base, which is loaded unquantised even when --use_8bit/--use_4bit trained it).
+    """
+    import torch
+    from accelerate.state import AcceleratorState
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    from fitwhisper.models.resolve import load_model
+
+    unset_hf_deepspeed_config()
+    os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)  # set by Accelerator; new ones read it
+    AcceleratorState._reset_state()
+    return load_model(str(final_dir), dtype=torch.float32)

@@ -25,6 +25,8 @@ def training_arguments(
     """Seq2SeqTrainingArguments for the run, in the precision `train` resolved."""
     from transformers import Seq2SeqTrainingArguments
 
+    from fitwhisper.train.sharding import config_path
+
     return Seq2SeqTrainingArguments(
         output_dir=cfg.output_dir,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
@@ -69,6 +71,8 @@ def training_arguments(
         remove_unused_columns=False,
         label_names=["labels"],
         disable_tqdm=not _tqdm_wanted(),
+        # ZeRO (sharding.py): the config file's "auto" values are filled from the above.
+        deepspeed=str(config_path(cfg.deepspeed)) if cfg.deepspeed else None,
     )
 
 

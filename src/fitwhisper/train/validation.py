@@ -1,7 +1,7 @@
 """Every option problem of a training run, found before anything loads and raised at once.
 
 `validate` gathers the problems of each group of options (schedule, best model, reporting,
-output folder, method, rows, encoder cache) into one ConfigError, as torchtune and litgpt
+output folder, method, rows, encoder cache, DeepSpeed) into one ConfigError, as torchtune and litgpt
 do, so a user fixes them all in one go.
 """
 
@@ -30,6 +30,7 @@ def validate(
     from fitwhisper.data.encoder_cache import option_problems as cache_problems
     from fitwhisper.train.methods import problems as method_problems
     from fitwhisper.train.rows import option_problems as row_problems
+    from fitwhisper.train.sharding import problems as deepspeed_problems
 
     precision = precision or run_precision(train_cfg.fp16, train_cfg.bf16)
     problems: list[str] = []
@@ -63,6 +64,7 @@ def validate(
     problems += method_problems(model_cfg, train_cfg, precision)
     problems += row_problems(model_cfg, data_cfg, train_cfg)
     problems += cache_problems(model_cfg, train_cfg)
+    problems += deepspeed_problems(model_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),
