@@ -295,15 +295,7 @@ def search(
         ConfigError: bad arguments, or nothing fits (the message names the smallest plan).
     """
     _check_search_options(effective_batch_size, margin)
-    check_world(num_gpus, num_nodes, deepspeed)
-    world = num_gpus * num_nodes
-    if effective_batch_size % world:
-        raise ConfigError(
-            f"--effective_batch_size {effective_batch_size} is not a whole number of clips "
-            f"per GPU on {world} GPUs",
-            hint=f"use a multiple of {world}, e.g. --effective_batch_size {world * 2}",
-        )
-    per_rank = effective_batch_size // world
+    world, per_rank = _per_rank(effective_batch_size, num_gpus, num_nodes, deepspeed)
     methods = methods or (method_of(base),)
     optimizers = optimizers or (base.optim, *(o for o in OPTIMIZERS if o != base.optim))
     usable = int(budget_bytes * (1 - margin))
@@ -336,31 +328,8 @@ def search(
             )
         return tried[key]
 
-    best: Candidate | None = None
-    for method in methods:
-        skip_lighter = False
-        for i, (strategy, optim) in enumerate(_stages(method, optimizers, world, deepspeed)):
-            if skip_lighter and optim != optimizers[0]:
-                continue
-            stage = functools.partial(candidate, strategy=strategy)
-            # The smallest setting of the stage first: if batch 1 with checkpointing does
-            # not fit, no setting of this method, optimizer and strategy does.
-            smallest = stage(method, optim, batches[0], True)
-            if smallest.fits:
-                best = _best_in_stage(stage, method, optim, batches)
-                break
-            # A lighter optimizer saves at most the optimizer's states and step temporaries
-            # (with their allocator slack); skip the others when that cannot be enough.
-            p = predictions[(method, optim, batches[0], True, strategy)]
-            saving = (p.optimizer_bytes + p.optimizer_step_bytes) * (1 + ALLOCATOR_SLACK)
-            if i == 0 and smallest.predicted_bytes - saving > usable and len(optimizers) > 1:
-                notes.append(
-                    f"{METHOD_NAMES[method]}: {', '.join(optimizers[1:])} not tried: a lighter "
-                    f"optimizer saves at most {_gib(int(saving))}, too little to fit"
-                )
-                skip_lighter = True
-        if best:
-            break
+    best = _first_fitting(candidate, predictions, methods, optimizers, world, deepspeed,
+                          batches, usable, notes)  # fmt: skip
     if best is None:
         raise _nothing_fits(base, budget_bytes, usable, margin, tried.values())
     rejected = tuple(
@@ -390,6 +359,46 @@ def search(
     )
 
 
+def _first_fitting(
+    candidate,
+    predictions: dict,
+    methods: tuple[Method, ...],
+    optimizers: tuple[str, ...],
+    world: int,
+    deepspeed: str | None,
+    batches: list[int],
+    usable: int,
+    notes: list[str],
+) -> Candidate | None:
+    """The best fitting candidate of the first method and stage where one fits."""
+    best: Candidate | None = None
+    for method in methods:
+        skip_lighter = False
+        for i, (strategy, optim) in enumerate(_stages(method, optimizers, world, deepspeed)):
+            if skip_lighter and optim != optimizers[0]:
+                continue
+            stage = functools.partial(candidate, strategy=strategy)
+            # The smallest setting of the stage first: if batch 1 with checkpointing does
+            # not fit, no setting of this method, optimizer and strategy does.
+            smallest = stage(method, optim, batches[0], True)
+            if smallest.fits:
+                best = _best_in_stage(stage, method, optim, batches)
+                break
+            # A lighter optimizer saves at most the optimizer's states and step temporaries
+            # (with their allocator slack); skip the others when that cannot be enough.
+            p = predictions[(method, optim, batches[0], True, strategy)]
+            saving = (p.optimizer_bytes + p.optimizer_step_bytes) * (1 + ALLOCATOR_SLACK)
+            if i == 0 and smallest.predicted_bytes - saving > usable and len(optimizers) > 1:
+                notes.append(
+                    f"{METHOD_NAMES[method]}: {', '.join(optimizers[1:])} not tried: a lighter "
+                    f"optimizer saves at most {_gib(int(saving))}, too little to fit"
+                )
+                skip_lighter = True
+        if best:
+            break
+    return best
+
+
 def _stages(method: Method, optimizers: tuple[str, ...], world: int, deepspeed: str | None):
     """(strategy, optimizer) in order of preference for one method."""
     if world == 1:
@@ -404,6 +413,21 @@ def _stages(method: Method, optimizers: tuple[str, ...], world: int, deepspeed: 
 
 def _stage(strategy: str) -> str | None:
     return strategy if strategy in DEEPSPEED_STAGES else None
+
+
+def _per_rank(
+    effective_batch_size: int, num_gpus: int, num_nodes: int, deepspeed: str | None
+) -> tuple[int, int]:
+    """(processes in all, clips per process per optimizer step); refuses an uneven split."""
+    check_world(num_gpus, num_nodes, deepspeed)
+    world = num_gpus * num_nodes
+    if effective_batch_size % world:
+        raise ConfigError(
+            f"--effective_batch_size {effective_batch_size} is not a whole number of clips "
+            f"per GPU on {world} GPUs",
+            hint=f"use a multiple of {world}, e.g. --effective_batch_size {world * 2}",
+        )
+    return world, effective_batch_size // world
 
 
 def _check_search_options(effective_batch_size: int, margin: float) -> None:

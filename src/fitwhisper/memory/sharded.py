@@ -236,29 +236,9 @@ def shard(
     world = num_gpus * num_nodes
     strategy = deepspeed or ("ddp" if world > 1 else "single")
     if strategy == "single":
-        return ShardedPrediction(
-            single=p, strategy="single", num_gpus=1, num_nodes=1,
-            weights_bytes=p.weights_bytes, gradients_bytes=p.gradients_bytes,
-            optimizer_bytes=p.optimizer_bytes, activations_bytes=p.activations_bytes,
-            optimizer_step_bytes=p.optimizer_step_bytes, communication_bytes=0,
-            peak_tensor_bytes=p.peak_tensor_bytes, peak_phase=p.peak_phase,
-            cuda_context_bytes=p.cuda_context_bytes,
-            allocator_slack_bytes=p.allocator_slack_bytes, total_bytes=p.total_bytes,
-            cpu_bytes_per_node=0, assumptions="one process",
-        )  # fmt: skip
+        return _one_process(p)
     ds = strategy in DEEPSPEED_STAGES
-    if ds and (r.use_8bit or r.use_4bit):
-        raise ConfigError(
-            f"--deepspeed {strategy} with an 8-bit/4-bit (bitsandbytes) base is not planned for",
-            hint="plan LoRA (--use_lora) or full fine-tuning with DeepSpeed, or the quantised "
-            "base with plain DDP (no --deepspeed)",
-        )
-    if strategy == "zero3_offload" and r.optim not in ("adamw_torch", "adamw_torch_fused"):
-        raise ConfigError(
-            f"--deepspeed zero3_offload steps on the CPU with DeepSpeed's CPU Adam; --optim "
-            f"{r.optim} is not planned for there",
-            hint="use --optim adamw_torch, or --deepspeed zero3",
-        )
+    _check_planned(strategy, r)
 
     # The single-process parts; gradients are the trainable parameters' bytes in their
     # stored dtype (fp32, also under torch mixed precision).
@@ -332,6 +312,36 @@ def shard(
         offloaded=offloaded, communication=comm_what, assumptions=assumptions,
         fp32_gradient_bytes=fp32_r, gathered_bytes=gathered,
     )  # fmt: skip
+
+
+def _one_process(p: MemoryPrediction) -> ShardedPrediction:
+    """One process: the prediction itself."""
+    return ShardedPrediction(
+        single=p, strategy="single", num_gpus=1, num_nodes=1,
+        weights_bytes=p.weights_bytes, gradients_bytes=p.gradients_bytes,
+        optimizer_bytes=p.optimizer_bytes, activations_bytes=p.activations_bytes,
+        optimizer_step_bytes=p.optimizer_step_bytes, communication_bytes=0,
+        peak_tensor_bytes=p.peak_tensor_bytes, peak_phase=p.peak_phase,
+        cuda_context_bytes=p.cuda_context_bytes,
+        allocator_slack_bytes=p.allocator_slack_bytes, total_bytes=p.total_bytes,
+        cpu_bytes_per_node=0, assumptions="one process",
+    )  # fmt: skip
+
+
+def _check_planned(strategy: str, r: MemoryRequest) -> None:
+    """Refuse what DeepSpeed is not planned for: quantised bases, offload without AdamW."""
+    if strategy in DEEPSPEED_STAGES and (r.use_8bit or r.use_4bit):
+        raise ConfigError(
+            f"--deepspeed {strategy} with an 8-bit/4-bit (bitsandbytes) base is not planned for",
+            hint="plan LoRA (--use_lora) or full fine-tuning with DeepSpeed, or the quantised "
+            "base with plain DDP (no --deepspeed)",
+        )
+    if strategy == "zero3_offload" and r.optim not in ("adamw_torch", "adamw_torch_fused"):
+        raise ConfigError(
+            f"--deepspeed zero3_offload steps on the CPU with DeepSpeed's CPU Adam; --optim "
+            f"{r.optim} is not planned for there",
+            hint="use --optim adamw_torch, or --deepspeed zero3",
+        )
 
 
 def _div(n: int, world: int) -> int:
