@@ -41,7 +41,23 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
         rows.append({"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"})
     path = root / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    # 3 held-out clips: on 2 processes x eval batch 2 accelerate repeats one to even out
+    # the last batch, and the scores must not count it.
+    held_out = [{"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"}
+                for i in (1, 4, 6)]  # fmt: skip
+    (root / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
     return path
+
+
+def _eval_args(clips: Path) -> tuple[str, ...]:
+    return ("--eval_manifest", str(clips.with_name("eval.jsonl")), "--eval_strategy", "steps",
+            "--eval_steps", "2", "--per_device_eval_batch_size", "2",
+            "--generation_max_length", "8")  # fmt: skip
+
+
+def _eval_losses(run: Path) -> dict[int, float]:
+    state = json.loads((run / "trainer_state.json").read_text())
+    return {e["step"]: e["eval_loss"] for e in state["log_history"] if "eval_loss" in e}
 
 
 def _train_args(model: Path, manifest: Path, out: Path, *extra: str) -> list[str]:
@@ -104,7 +120,8 @@ def _assert_same_run(run: Path, reference: Path) -> None:
 def one_process(tiny_whisper_dir, clips, tmp_path_factory) -> Path:
     """The reference: one process, batch 2 x accumulation 2."""
     out = tmp_path_factory.mktemp("runs") / "one"
-    args = _train_args(tiny_whisper_dir, clips, out, "--gradient_accumulation_steps", "2")
+    args = _train_args(tiny_whisper_dir, clips, out, "--gradient_accumulation_steps", "2",
+                       *_eval_args(clips))  # fmt: skip
     _ok([sys.executable, "-m", "fitwhisper", *args])
     return out
 
@@ -112,7 +129,8 @@ def one_process(tiny_whisper_dir, clips, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def two_processes(tiny_whisper_dir, clips, tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("runs") / "torchrun"
-    log = _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, out)))
+    args = _train_args(tiny_whisper_dir, clips, out, *_eval_args(clips))
+    log = _ok(_torchrun("-m", "fitwhisper", *args))
     return out, log
 
 
@@ -123,6 +141,13 @@ def test_torchrun_two_processes_train_like_one_with_twice_the_accumulation(
     _assert_same_run(run, one_process)
     # One process reports (each one alone would have trained other losses, above).
     assert log.count("trained 4 steps on 8 clips") == 1
+    # Evaluation gathered from both ranks scores each held-out clip once (before the fix:
+    # "3 references but 4 hypotheses", exit 1). The eval loss is a token mean per batch,
+    # and rank 1's batch pairs the third clip with a repeat of the first, so it differs a
+    # little from one process's (measured 3e-4 relative).
+    assert sorted(_eval_losses(run)) == [2, 4]
+    assert _eval_losses(run) == pytest.approx(_eval_losses(one_process), rel=1e-2)
+    assert log.count("held-out 3 clips:") == 1
     # Every process saved its RNG state into the checkpoints, and the marker covers both.
     marker = json.loads((run / "checkpoint-4" / "fitwhisper_checkpoint.json").read_text())
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(marker["files"])

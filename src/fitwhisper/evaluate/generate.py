@@ -8,8 +8,10 @@ model(s) and the checked rows around it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,7 +86,9 @@ def evaluate_model(
     collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
     groups = _language_groups(languages, len(dataset))
     hyps: list[str] = [""] * len(dataset)
-    with tempfile.TemporaryDirectory(prefix="fitwhisper-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fitwhisper-eval-") as tmp, _arguments_quiet():
+        # Under a launcher this scores on the main process alone: transformers' warning
+        # that the process group goes unused is expected, so it is not shown.
         args = Seq2SeqTrainingArguments(
             output_dir=tmp,
             per_device_eval_batch_size=cfg.batch_size,
@@ -266,3 +270,14 @@ def _empty_cuda_cache() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _arguments_quiet():
+    args_log = logging.getLogger("transformers.training_args")
+    level = args_log.level
+    args_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        args_log.setLevel(level)

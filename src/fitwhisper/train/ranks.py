@@ -119,3 +119,18 @@ def on_main(fn: Callable[[], T]) -> T:
     if status != "ok":
         raise SystemExit(1)
     return value
+
+
+class EvalWithoutRepeatsMixin:
+    """Evaluation outputs gathered from every process without the sampler's repeats.
+
+    Seq2SeqTrainer.evaluate gathers with `accelerator.gather` ("we don't want to drop
+    samples"), so on N processes an eval set that is not a multiple of N x the eval batch
+    comes back with the clips accelerate repeated to even out the last batch: more
+    hypotheses than references, and the loss counts those clips twice. `gather_for_metrics`
+    drops the repeats; the order stays the eval set's (batches go to the ranks in turn).
+    """
+
+    def evaluation_loop(self, *args, **kwargs):
+        self.gather_function = self.accelerator.gather_for_metrics  # type: ignore[attr-defined]
+        return super().evaluation_loop(*args, **kwargs)  # type: ignore[misc]

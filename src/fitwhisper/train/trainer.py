@@ -99,14 +99,17 @@ def one_gpu_without_launcher(args) -> None:
 
 def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     """BackoffTrainer, with length-grouped batches when --group_by_duration asks, the
-    divergence guard's view of each micro-batch (guard.py), and checkpoints marked whole
-    before old ones are rotated out (checkpoints.py; the marker holds `run_fingerprint`)."""
+    divergence guard's view of each micro-batch (guard.py), checkpoints marked whole
+    before old ones are rotated out (checkpoints.py; the marker holds `run_fingerprint`),
+    and evaluation scored once per clip on several processes (ranks.py)."""
     from fitwhisper.data.batching import LengthGroupedTrainerMixin
     from fitwhisper.memory.backoff import BackoffTrainer
     from fitwhisper.train.checkpoints import CheckpointMixin
     from fitwhisper.train.guard import GuardMixin
+    from fitwhisper.train.ranks import EvalWithoutRepeatsMixin
 
-    class Trainer(CheckpointMixin, LengthGroupedTrainerMixin, GuardMixin, BackoffTrainer):
+    class Trainer(CheckpointMixin, LengthGroupedTrainerMixin, GuardMixin,
+                  EvalWithoutRepeatsMixin, BackoffTrainer):  # fmt: skip
         group_by_length = cfg.group_by_duration
 
     Trainer.run_fingerprint = run_fingerprint
