@@ -3,6 +3,7 @@ verdicts computed from injected facts, so GPU cases are checked without a GPU.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -160,3 +161,30 @@ def test_shipped_table_covers_the_table_and_matches_the_predictor() -> None:
     for model, flags in (("openai/whisper-tiny", {}), ("openai/whisper-base", {"use_lora": True})):
         fields = {"precision": "fp16", **VERDICT_SETTINGS, **flags}
         assert shipped[_key(model, fields)] == predict_memory(model=model, **fields).total_bytes
+
+
+def test_several_gpus_get_the_launch_command_and_the_verdicts_judge_the_training_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two GPUs, GPU 1 with more free memory: plain `train` uses GPU 0, so the verdicts judge
+    GPU 0 (they judged the roomiest before); the report names torchrun for both GPUs, the
+    GPU that bounds a data-parallel run, and how to train on GPU 1 alone."""
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    one = _facts(6.0)
+    roomy = GpuFacts(1, "NVIDIA GeForce RTX 4090", 24 * GIB, 20 * GIB, (8, 9), True)
+    facts = dataclasses.replace(one, gpus=(one.gpus[0], roomy))
+    report = doctor(facts, models=["openai/whisper-small"], predict=_predict([]))
+    assert report["verdict_settings"]["gpu"] == 0
+    # LoRA (10 GiB) would fit GPU 1's 20 GiB free, not GPU 0's 6.
+    assert {r["method"]: r["verdict"] for r in report["verdicts"]}["LoRA"] != "fits"
+    text = format_report(report)
+    assert "torchrun --nproc_per_node 2 -m fitwhisper train ..." in text
+    assert "fitwhisper plan --model MODEL --num_gpus 2" in text
+    assert "GPU 0's 6.0 GiB free bounds the run" in text
+    assert "CUDA_VISIBLE_DEVICES=1 fitwhisper train ... trains there" in text
+    # Under a launcher, each rank's own GPU is the one judged.
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert doctor(facts, models=["x"], predict=_predict([]))["verdict_settings"]["gpu"] == 1
+    # One GPU: no launcher line.
+    alone = format_report(doctor(one, models=["x"], predict=_predict([])))
+    assert "torchrun" not in alone and "one GPU: fitwhisper train ..." in alone

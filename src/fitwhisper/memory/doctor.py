@@ -141,7 +141,8 @@ def doctor(
             "run's memory"
         )
         return report
-    gpu = max(facts.gpus, key=lambda g: g.free_bytes)
+    gpu = training_gpu(facts.gpus)
+    report["launch"] = launch_advice(facts.gpus, gpu)
     precision = "bf16" if gpu.bf16 else "fp16"
     report["verdict_settings"] = {
         **VERDICT_SETTINGS,
@@ -170,6 +171,43 @@ def doctor(
                 }  # fmt: skip
             )
     return report
+
+
+def training_gpu(gpus: Sequence[GpuFacts]) -> GpuFacts:
+    """The GPU `fitwhisper train` trains on in this process: LOCAL_RANK's under a launcher,
+    else the first one torch sees (CUDA_VISIBLE_DEVICES decides which that is)."""
+    from fitwhisper.precision import training_device_index
+
+    wanted = training_device_index()
+    return next((g for g in gpus if g.index == wanted), gpus[0])
+
+
+def launch_advice(gpus: Sequence[GpuFacts], judged: GpuFacts) -> list[str]:
+    """How to start training on these GPUs: the command, and which GPU bounds the run."""
+    from fitwhisper.memory.sharded import launch_command
+
+    n = len(gpus)
+    lines = []
+    if n > 1:
+        tightest = min(gpus, key=lambda g: g.free_bytes)
+        lines += [
+            f"all {n} GPUs (data parallel): {launch_command('ddp', n, 1)}",
+            f"  per-GPU memory first: fitwhisper plan --model MODEL --num_gpus {n} (add "
+            "--deepspeed zero2|zero3 when plain DDP does not fit)",
+            f"  each GPU holds the same, so GPU {tightest.index}'s "
+            f"{tightest.free_bytes / GIB:.1f} GiB free bounds the run",
+            "  plain `fitwhisper train` uses one GPU only (it warns and names this command); "
+            "launched without torchrun, Trainer would fall back to slow DataParallel",
+        ]
+    roomiest = max(gpus, key=lambda g: g.free_bytes)
+    lines.append(f"one GPU: {launch_command('single', 1, 1)} (trains on GPU {judged.index})")
+    if roomiest.free_bytes > judged.free_bytes * 1.1:
+        lines.append(
+            f"  GPU {roomiest.index} has the most free memory "
+            f"({roomiest.free_bytes / GIB:.1f} GiB): CUDA_VISIBLE_DEVICES={roomiest.index} "
+            "fitwhisper train ... trains there"
+        )
+    return lines
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -214,6 +252,10 @@ def format_report(report: dict[str, Any]) -> str:
     out.append("support: " + ", ".join(f"{k} {'yes' if on else 'no'}" for k, on in s.items()))
     for line in report["cannot_check"]:
         out.append(f"cannot check: {line}")
+    if report.get("launch"):
+        out.append("")
+        out.append("launch:")
+        out.extend(f"  {line}" for line in report["launch"])
     out.append("")
     out.append(f"verdicts: {report['verdict_note']}")
     if report["verdicts"]:

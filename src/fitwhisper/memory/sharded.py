@@ -181,7 +181,7 @@ class ShardedPrediction:
 
 
 def launch_command(strategy: str, num_gpus: int, num_nodes: int) -> str:
-    """The command that starts the run (train's --deepspeed flag is another branch's)."""
+    """The command that starts the run."""
     if strategy == "single":
         return "fitwhisper train ..."
     nodes = f"--nnodes {num_nodes} --node_rank R --master_addr HOST " if num_nodes > 1 else ""
