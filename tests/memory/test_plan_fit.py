@@ -163,3 +163,93 @@ def test_plan_help_lists_the_search_options(capsys):
     for flag in ("--gpu_memory", "--gpu-memory", "--fit", "--effective_batch_size", "--margin",
                  "--allow_methods", "--output", "--presets", "--gpu NAME", "--fp32"):  # fmt: skip
         assert flag in out
+
+
+def test_a_plan_for_one_gpu_is_refused_under_a_two_process_launch(plan_file, tmp_path,
+                                                                  monkeypatch):  # fmt: skip
+    """A plan's memory is per GPU of the world it was made for; under torchrun with 2
+    processes a one-GPU plan is refused, naming both and the plan to make instead."""
+    train_cfg = TrainConfig(train_manifest="t.jsonl", output_dir=str(tmp_path / "r"),
+                            plan=str(plan_file))  # fmt: skip
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"is for 1 GPU\(s\).*this run has 2 process") as e:
+        resolve_plan(ModelConfig(), DataConfig(), train_cfg, explicit=set())
+    assert "fitwhisper plan --num_gpus 2" in e.value.hint
+
+
+def test_a_two_gpu_zero_plan_sets_the_stage_and_needs_its_launch(small_config_dir, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", str(small_config_dir), "--gpu-memory", "1GB", "--gpu", "A100",
+            "--num_gpus", "2", "--deepspeed", "zero2", "--max_label_tokens", "16"]  # fmt: skip
+    assert main([*argv, "--output", str(out), "-q"]) == 0
+    train_cfg = TrainConfig(train_manifest="t.jsonl", output_dir=str(tmp_path / "r"),
+                            plan=str(out))  # fmt: skip
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="is for 2 GPU") as e:  # plain python: 1 process
+        resolve_plan(ModelConfig(), DataConfig(), train_cfg, explicit=set())
+    assert "torchrun --nproc_per_node 2 -m fitwhisper train ... --deepspeed zero2" in e.value.hint
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    _, t = resolve_plan(ModelConfig(), DataConfig(), train_cfg, explicit=set())
+    assert t.deepspeed == "zero2"
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps * 2 == 16
+
+
+def test_auto_fit_under_a_launch_plans_each_gpu_for_the_whole_runs_batch(small_config_dir,
+                                                                         monkeypatch):  # fmt: skip
+    """Under torchrun with 2 processes, --auto_fit keeps the whole run's effective batch
+    (per-device x accumulation x 2) and plans each GPU's memory as a 2-GPU run."""
+    import fitwhisper.memory.search as search_module
+    import fitwhisper.precision as precision
+
+    seen = {}
+    real = search_module.search
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(precision, "hardware", lambda: {"cuda": True, "bf16_supported": True})
+    monkeypatch.setattr(search_module, "detected_gpu_memory", lambda: 2**30)
+    monkeypatch.setattr(search_module, "search", spy)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    train_cfg = TrainConfig(auto_fit=True, per_device_train_batch_size=4,
+                            gradient_accumulation_steps=2)  # fmt: skip
+    m, t = resolve_plan(ModelConfig(model=str(small_config_dir), use_lora=True),
+                        DataConfig(max_label_tokens=16), train_cfg,
+                        explicit={"use_lora", "model"})  # fmt: skip
+    assert seen["num_gpus"] == 2 and seen["num_nodes"] == 1
+    assert seen["effective_batch_size"] == 16
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps * 2 == 16
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_auto_fit_on_eight_gpus_picks_zero2_when_ddp_does_not_fit(installed, monkeypatch):
+    """whisper-small in full on 8 x 5 GB: DDP's second copy of the gradients does not fit,
+    ZeRO-2 does; the run takes the stage, or says deepspeed is missing for it."""
+    import importlib.util
+
+    import fitwhisper.memory.search as search_module
+    import fitwhisper.precision as precision
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real_find_spec("json") if installed else None)
+                        if name == "deepspeed" else real_find_spec(name, *a))  # fmt: skip
+    monkeypatch.setattr(precision, "hardware", lambda: {"cuda": True, "bf16_supported": True})
+    monkeypatch.setattr(search_module, "detected_gpu_memory", lambda: 5 * 2**30)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    train_cfg = TrainConfig(auto_fit=True, per_device_train_batch_size=2)
+    model_cfg = ModelConfig(model="openai/whisper-small")
+    if not installed:
+        with pytest.raises(ConfigError, match="DeepSpeed zero2 would, and deepspeed is not"):
+            resolve_plan(model_cfg, DataConfig(), train_cfg, explicit={"model"})
+        return
+    m, t = resolve_plan(model_cfg, DataConfig(), train_cfg, explicit={"model"})
+    assert t.deepspeed == "zero2" and not m.use_lora
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps * 8 == 16

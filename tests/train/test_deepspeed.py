@@ -139,10 +139,20 @@ def test_a_quantised_base_is_not_refused_with_any_stage(
 
 
 def test_auto_fit_an_overridden_optimizer_and_skipping_steps_are_refused(
-    tmp_path: Path, deepspeed_installed
+    tmp_path: Path, deepspeed_installed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    msg = _problems(tmp_path, deepspeed="zero2", auto_fit=True)
-    assert "--auto_fit with --deepspeed: the memory planner models one whole model" in msg
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    msg = _problems(tmp_path, deepspeed="zero2", auto_fit=True)  # one process
+    assert "--auto_fit with --deepspeed zero2: the memory planner models the shipped" in msg
+    # Under a launcher the planner shards a shipped stage (memory/sharded.py); a config
+    # file of the user's stays refused.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _passes(tmp_path, deepspeed="zero2", auto_fit=True)
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    msg = _problems(tmp_path, deepspeed=str(own), auto_fit=True)
+    assert f"--auto_fit with --deepspeed {own}: the memory planner models" in msg
+    monkeypatch.delenv("WORLD_SIZE")
     msg = _problems(tmp_path, deepspeed="zero3_offload", optim="adafactor")
     assert "--optim adafactor with --deepspeed zero3_offload: the config names its own " in msg
     _passes(tmp_path, deepspeed="zero2", optim="adafactor")  # Trainer's optimizer, wrapped

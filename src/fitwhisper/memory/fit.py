@@ -9,8 +9,10 @@ the search keeps the explicitly given effective batch, method and optimizer.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ def resolve_plan(
                 hint="drop those options, or make a new plan with them (`fitwhisper plan "
                 "--gpu_memory ... --output plan.json`), or use --auto_fit",
             )
+        _check_plan_world(settings, train_cfg.plan)
         log.info("settings from %s: %s", train_cfg.plan, _summary(settings))
         return apply_settings(settings, model_cfg, train_cfg)
     if train_cfg.auto_fit:
@@ -89,10 +92,41 @@ def load_plan(path: str | Path) -> dict[str, Any]:
 def apply_settings(
     settings: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainConfig
 ) -> tuple[ModelConfig, TrainConfig]:
-    """`settings` written over the configs."""
+    """`settings` written over the configs; a planned ZeRO stage too, unless the run names
+    its own DeepSpeed config."""
+    train = {k: settings[k] for k in TRAIN_KEYS}
+    if settings.get("deepspeed") and not train_cfg.deepspeed:
+        train["deepspeed"] = settings["deepspeed"]
     return (
         dataclasses.replace(model_cfg, **{k: settings[k] for k in MODEL_KEYS}),
-        dataclasses.replace(train_cfg, **{k: settings[k] for k in TRAIN_KEYS}),
+        dataclasses.replace(train_cfg, **train),
+    )
+
+
+def launched_world() -> tuple[int, int]:
+    """(GPUs per machine, machines) of this launch, from torchrun's or accelerate's
+    LOCAL_WORLD_SIZE and WORLD_SIZE; (1, 1) without a launcher."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    return local, max(1, world // max(1, local))
+
+
+def _check_plan_world(settings: dict[str, Any], path: str) -> None:
+    """A plan's memory is per GPU of the world it was made for: refuse another world."""
+    from fitwhisper.memory.sharded import launch_command
+
+    gpus, nodes = int(settings.get("num_gpus", 1)), int(settings.get("num_nodes", 1))
+    local, machines = launched_world()
+    if gpus * nodes == local * machines:
+        return
+    strategy = settings.get("deepspeed") or ("ddp" if gpus * nodes > 1 else "single")
+    raise ConfigError(
+        f"the plan {path} is for {gpus * nodes} GPU(s) ({gpus} x {nodes} machine(s)), and "
+        f"this run has {local * machines} process(es): its per-GPU memory would not hold",
+        hint=f"start it as the plan says: {launch_command(strategy, gpus, nodes)} --plan "
+        f"{path}; or make a plan for this launch with `fitwhisper plan --num_gpus {local}"
+        + (f" --num_nodes {machines}" if machines > 1 else "")
+        + " ... --output plan.json`",
     )
 
 
@@ -106,6 +140,7 @@ def auto_fit(
     """
     from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.search import detected_gpu_memory, parse_memory, search
+    from fitwhisper.memory.sharded import DEEPSPEED_STAGES
     from fitwhisper.method import METHODS
     from fitwhisper.precision import hardware, run_precision
 
@@ -121,7 +156,11 @@ def auto_fit(
     chosen = {"use_4bit": "4bit", "use_8bit": "8bit", "use_lora": "lora"}
     named = [m for k, m in chosen.items() if getattr(model_cfg, k) and k in explicit]
     methods = tuple(named[:1]) or METHODS
-    effective = train_cfg.per_device_train_batch_size * train_cfg.gradient_accumulation_steps
+    # Under a launcher the memory is each GPU's, and the effective batch is the whole run's.
+    local, machines = launched_world()
+    effective = (train_cfg.per_device_train_batch_size * train_cfg.gradient_accumulation_steps
+                 * local * machines)  # fmt: skip
+    stage = train_cfg.deepspeed if train_cfg.deepspeed in DEEPSPEED_STAGES else None
     # The method, batch and checkpointing are what the search chooses; the rest is the run's.
     base = MemoryRequest.from_configs(
         model_cfg, data_cfg, train_cfg,
@@ -135,9 +174,20 @@ def auto_fit(
         effective_batch_size=effective,
         methods=methods,
         optimizers=(train_cfg.optim,) if "optim" in explicit else None,
+        num_gpus=local,
+        num_nodes=machines,
+        deepspeed=stage if local * machines > 1 else None,
     )
+    settings = plan.settings()
+    if settings["deepspeed"] and not stage and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            f"--auto_fit: plain DDP does not fit {budget / 2**30:.2f} GiB per GPU; DeepSpeed "
+            f"{settings['deepspeed']} would, and deepspeed is not installed",
+            hint="pip install 'fitwhisper[deepspeed]', or choose a lighter method "
+            "(--use_lora, --use_8bit) or more GPUs",
+        )
     log.info("--auto_fit: %s", plan.format().split("\n\n")[0].replace("\n", "\n  "))
-    return plan.settings()
+    return settings
 
 
 def _conflicts(

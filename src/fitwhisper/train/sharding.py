@@ -15,7 +15,8 @@ Refused with DeepSpeed, and why:
 - A ZeRO-3 file without zero_optimization.stage3_gather_16bit_weights_on_model_save: true:
   save_model would write DeepSpeed shards, not a model final/ can load from.
 
-- --auto_fit: its memory model is one whole model per GPU (DDP), not ZeRO's shards.
+- --auto_fit with a config file of the user's, or on one process: the planner models the
+  shipped stages' shards on several GPUs only.
 - A config with its own optimizer section and --optim other than adamw_torch: the
   config's optimizer would win, silently.
 - --on_nonfinite skip: accelerate steps the DeepSpeed engine inside backward, so the
@@ -45,6 +46,7 @@ from importlib import resources
 from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
+from fitwhisper.train.ranks import world_size
 
 NAMES = ("zero2", "zero3", "zero3_offload")
 GATHER_ON_SAVE = "stage3_gather_16bit_weights_on_model_save"
@@ -124,10 +126,12 @@ def _deepspeed_problems(cfg: TrainConfig) -> list[str]:
             "saves DeepSpeed shards instead of a model, so final/ would not load; set it to "
             "true (as the shipped zero3 does)"
         )
-    if cfg.auto_fit:
+    if cfg.auto_fit and (value not in NAMES or world_size() == 1):
         found.append(
-            "--auto_fit with --deepspeed: the memory planner models one whole model per GPU, "
-            "not ZeRO's shards; set --per_device_train_batch_size yourself"
+            f"--auto_fit with --deepspeed {value}: the memory planner models the shipped "
+            "stages (zero2, zero3, zero3_offload) on several GPUs under a launcher, not "
+            "a config file of your own or one process; set --per_device_train_batch_size "
+            "yourself, or launch with torchrun and a stage name"
         )
     if cfg.on_nonfinite == "skip":
         found.append(
