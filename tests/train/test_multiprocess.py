@@ -195,6 +195,23 @@ def test_a_killed_two_process_run_resumes_to_the_uninterrupted_losses(
     _assert_same_run(out, one_process)
 
 
+@pytest.mark.parametrize("batching", ["--group_by_duration", "--pack_clips"])
+def test_grouped_and_packed_batches_are_dealt_out_per_rank(
+    batching, tiny_multilingual_dir, clips, tmp_path
+) -> None:
+    """Length-grouped batches and packed windows on 2 processes: each rank takes its share
+    of the order one process draws, so the run equals one process with twice the
+    accumulation (packing needs timestamp tokens: the multilingual tiny model has them)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    extra = (batching, "--language", "en")
+    accumulated = _train_args(tiny_multilingual_dir, clips, one, *extra)
+    _ok([sys.executable, "-m", "fitwhisper", *accumulated, "--gradient_accumulation_steps", "2"])
+    _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_multilingual_dir, clips, two, *extra)))
+    losses = _losses(one)
+    assert len(losses) == 4
+    assert _losses(two) == pytest.approx(losses, abs=LOSS_TOLERANCE)
+
+
 def test_lora_in_bf16_on_two_processes_trains_like_one(tiny_whisper_dir, clips, tmp_path) -> None:
     """LoRA on a bf16 base under bf16 autocast: the adapters' gradients are averaged over
     the ranks like accumulated ones (the adapter is all final/ holds)."""

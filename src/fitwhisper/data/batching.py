@@ -37,10 +37,13 @@ class LengthGroupedTrainerMixin:
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
         # Lengths in 10 ms frames: LengthGroupedSampler sorts integers.
-        frames = [math.ceil(s * FRAMES_PER_S) for s in lengths]
-        return LengthGroupedSampler(
-            self.args.train_batch_size * self.args.gradient_accumulation_steps, lengths=frames
-        )
+        frames = [math.ceil(round(s * FRAMES_PER_S, 6)) for s in lengths]  # 1.09 s: 109
+        # Its groups are sized in optimizer steps of the whole run: every rank draws the
+        # same order (same seed) and accelerate deals its batches out in turn, so N
+        # processes take the clips one process takes with N times the accumulation.
+        args = self.args
+        step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
+        return LengthGroupedSampler(step, lengths=frames)
 
 
 class WithDurations(Dataset):
