@@ -324,3 +324,21 @@ def test_backoff_splits_the_cached_encoder_outputs_with_the_batch() -> None:
     parts = _split({"encoder_outputs": (hidden,), "labels": torch.ones(5, 3)}, 2)
     assert [p["encoder_outputs"][0].shape[0] for p in parts] == [3, 2]
     assert torch.equal(torch.cat([p["encoder_outputs"][0] for p in parts]), hidden)
+
+
+def test_the_cache_is_built_on_the_gpu_training_will_use(monkeypatch) -> None:
+    """The encoder pass runs on the GPU of this process (LOCAL_RANK's) when the model is
+    still on the CPU; without CUDA, or for weights already placed, it stays where it is."""
+    import torch
+
+    from fitwhisper.data.encoder_cache import training_device
+
+    cpu, placed = torch.device("cpu"), torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert training_device(cpu) == cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert training_device(cpu) == torch.device("cuda", 1)
+    assert training_device(placed) == placed
+    monkeypatch.delenv("LOCAL_RANK")
+    assert training_device(cpu) == torch.device("cuda", 0)

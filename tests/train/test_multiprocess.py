@@ -212,6 +212,22 @@ def test_grouped_and_packed_batches_are_dealt_out_per_rank(
     assert _losses(two) == pytest.approx(losses, abs=LOSS_TOLERANCE)
 
 
+def test_the_encoder_cache_is_built_once_and_read_by_both_ranks(
+    tiny_whisper_dir, clips, tmp_path
+) -> None:
+    """--cache_encoder_outputs on 2 processes: the main process builds one cache (rank 1
+    waits, then finds it made; each built its own before), and the run equals one process
+    with twice the accumulation on the same cache."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    extra = ("--freeze_encoder", "--cache_encoder_outputs")
+    accumulated = _train_args(tiny_whisper_dir, clips, one, *extra)
+    _ok([sys.executable, "-m", "fitwhisper", *accumulated, "--gradient_accumulation_steps", "2"])
+    _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, two, *extra)))
+    cache = two / "encoder_cache"
+    assert sorted(p.name for p in cache.iterdir()) == ["hidden.npy", "key.json", "labels.json"]
+    assert _losses(two) == pytest.approx(_losses(one), abs=LOSS_TOLERANCE)
+
+
 def test_lora_in_bf16_on_two_processes_trains_like_one(tiny_whisper_dir, clips, tmp_path) -> None:
     """LoRA on a bf16 base under bf16 autocast: the adapters' gradients are averaged over
     the ranks like accumulated ones (the adapter is all final/ holds)."""

@@ -73,11 +73,13 @@ def cached_encoder_data(
             hint="train without --cache_encoder_outputs, or change the model as listed",
         )
     _warn_about_encoder_randomness(model.config)
+    # Under a launcher the main process builds it and the others reuse it (train/setup.py).
     folder = Path(cfg.output_dir) / CACHE_DIR_NAME
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # Every process computes the whole cache into its own file (no shared writes).
-        folder = folder / f"rank{os.environ.get('RANK', '0')}"
     param = next(encoder.parameters())
+    device = training_device(param.device)
+    if device != param.device:
+        # Before Trainer moves the model: the pass runs where training will, not on the CPU.
+        encoder.to(device)
     key = {
         "format": _FORMAT,
         "model": str(getattr(model.config, "_name_or_path", "")),
@@ -87,7 +89,7 @@ def cached_encoder_data(
         "frames": int(model.config.max_source_positions),
         "d_model": int(model.config.d_model),
         "dtype": np.dtype(CACHE_DTYPE).name,
-        "compute": _autocast_name(precision, param.device),
+        "compute": _autocast_name(precision, device),
     }
     cache = EncoderCache(folder)
     if cache.matches(key):
@@ -98,6 +100,17 @@ def cached_encoder_data(
         cache.build(dataset, encoder, key, cfg)
     dtype = param.dtype if param.dtype.is_floating_point else torch.float32
     return EncoderCacheDataset(cache, dataset), EncoderCacheCollator(collator, dtype=dtype)
+
+
+def training_device(where: torch.device) -> torch.device:
+    """Where the encoder runs for the cache: the GPU this process trains on (LOCAL_RANK's
+    under a launcher) when its weights are still on the CPU; else where they are (a
+    quantised base is placed on its GPU when it loads)."""
+    from fitwhisper.precision import training_device_index
+
+    if where.type == "cpu" and torch.cuda.is_available():
+        return torch.device("cuda", training_device_index())
+    return where
 
 
 def model_problems(model) -> list[str]:

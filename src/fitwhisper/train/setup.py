@@ -5,6 +5,7 @@ Each function is one step of `train` (run.py); the options decide, nothing else.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,7 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     from fitwhisper.codeswitch import dataset_language
     from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
+    from fitwhisper.train import ranks
     from fitwhisper.train.guard import tagged
 
     ds_language = dataset_language(data_cfg.language_token, language)
@@ -96,10 +98,13 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     if rows.eval:
         eval_ds = SpeechDataset(rows.eval, processor, language=ds_language, task=model_cfg.task)
     collator = WhisperCollator(processor, loaded.config.decoder_start_token_id)
-    train_ds, train_collator = training_data(
-        train_ds, rows.durations, loaded, collator, train_cfg, language=language,
-        precision=precision,
-    )  # fmt: skip
+    # The encoder cache is built once, by the main process; the others then find it made.
+    once = ranks.main_first() if train_cfg.cache_encoder_outputs else contextlib.nullcontext()
+    with once:
+        train_ds, train_collator = training_data(
+            train_ds, rows.durations, loaded, collator, train_cfg, language=language,
+            precision=precision,
+        )  # fmt: skip
     # Each batch names its items, so a diverging step can name its clips (guard.py).
     train_ds, train_collator = tagged(train_ds, train_collator)
     return RunData(train_ds, eval_ds, collator, train_collator, list(rows.eval), language)
