@@ -212,3 +212,35 @@ def test_split_cuts_every_batch_tensor_and_keeps_the_rest() -> None:
     assert all(p["flag"] == 1 for p in parts)
     assert is_oom(RuntimeError("CUDA error: out of memory"))
     assert not is_oom(RuntimeError("shape mismatch"))
+
+
+def test_evaluation_generates_under_the_runs_mixed_precision(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a bf16 run every encoder pass of the evaluation during training runs under bf16
+    autocast, as training does. accelerate autocasts model.forward only, which covers the
+    eval loss; generate() calls the encoder itself, and that pass ran in fp32 before."""
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    seen: list[bool] = []  # autocast on, per encoder pass in eval mode during training
+    during = {"training": False}
+    real = WhisperEncoder.forward
+
+    def forward(encoder, *args, **kwargs):
+        if during["training"] and not encoder.training:
+            seen.append(torch.is_autocast_enabled("cpu"))
+        return real(encoder, *args, **kwargs)
+
+    class _During(TrainerCallback):
+        def on_train_begin(self, *a, **k):
+            during["training"] = True
+
+        def on_train_end(self, *a, **k):  # the final score loads the model in fp32 alone
+            during["training"] = False
+
+    monkeypatch.setattr(WhisperEncoder, "forward", forward)
+    _run(tiny_whisper_dir, tone_manifest, tmp_path / "run", (_During(),), bf16=True,
+         max_steps=1, eval_manifest=str(tone_manifest), eval_strategy="steps", eval_steps=1,
+         generation_max_length=4)  # fmt: skip
+    assert len(seen) >= 2  # the loss forward and generation, per eval batch
+    assert all(seen)

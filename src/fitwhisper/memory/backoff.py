@@ -221,7 +221,7 @@ class BackoffTrainer(Seq2SeqTrainer):
             )
 
     def _split_prediction_step(self, model, inputs, prediction_loss_only, ignore_keys, gen_kwargs):
-        step = super().prediction_step
+        step = self._autocast_prediction_step
         if self.eval_split == 1:
             return step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
         parts = [
@@ -239,6 +239,13 @@ class BackoffTrainer(Seq2SeqTrainer):
             self._cat_padded([p[1] for p in parts]),
             self._cat_padded([p[2] for p in parts]),
         )
+
+    def _autocast_prediction_step(self, *args, **kwargs):
+        """Seq2SeqTrainer's step under the run's mixed precision: accelerate autocasts only
+        `model.forward`, and generate() runs the encoder outside it, so in a bf16/fp16 run
+        the encoder would generate in fp32 (half the speed on a GPU, twice the memory)."""
+        with self.accelerator.autocast():
+            return super().prediction_step(*args, **kwargs)
 
     def _cat_padded(self, tensors: list) -> torch.Tensor | None:
         if any(t is None for t in tensors):
