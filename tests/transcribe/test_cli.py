@@ -267,3 +267,25 @@ def test_batched_mode_without_vad_is_refused_before_any_work(
                  "--no_vad"])  # fmt: skip
     assert code == 1
     assert "--mode batched cuts files at the pauses" in capsys.readouterr().err
+
+
+def test_device_names_are_checked_against_the_gpus_there(monkeypatch) -> None:
+    """--device cuda:N names a GPU that exists; a malformed name is refused with the forms."""
+    import torch
+
+    from fitwhisper.errors import ConfigError
+    from fitwhisper.transcribe.run import resolve_device
+
+    for bad in ("gpu", "cuda:x", "cpu:1", "cuda:-1"):
+        with pytest.raises(ConfigError, match="unknown --device"):
+            resolve_device(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
+        resolve_device("cuda:0")
+    assert resolve_device("auto") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == "cuda:1" and resolve_device("cuda") == "cuda"
+    with pytest.raises(ConfigError, match=r"shows 2 GPU\(s\), numbered 0 to 1") as e:
+        resolve_device("cuda:2")
+    assert "CUDA_VISIBLE_DEVICES" in e.value.hint

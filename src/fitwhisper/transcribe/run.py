@@ -42,10 +42,16 @@ def resolve_device(device: str) -> str:
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: no CUDA GPU is visible", hint="use --device cpu")
-    if device != "cpu" and not device.startswith("cuda"):
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (kind == "cpu" and index) or (index and not index.isdigit()):
         raise ConfigError(f"unknown --device {device!r}", hint="use auto, cpu, cuda or cuda:N")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: no CUDA GPU is visible", hint="use --device cpu")
+    if index and int(index) >= (count := torch.cuda.device_count()):
+        raise ConfigError(
+            f"--device {device}: this machine shows {count} GPU(s), numbered 0 to {count - 1}",
+            hint="`fitwhisper doctor` lists them; CUDA_VISIBLE_DEVICES renumbers them from 0",
+        )
     return device
 
 
