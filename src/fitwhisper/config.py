@@ -427,14 +427,28 @@ class TrainConfig:
             "longest clip."
         },
     )
+    encoder_input: Literal["full", "trimmed", "mixed"] = field(
+        default="full",
+        metadata={
+            "help": "What the encoder sees in training. full: every clip padded to 30 s, as "
+            "Whisper was trained. trimmed: only as many frames as the batch's longest clip "
+            "(position table sliced, as in icefall): several times faster on short clips. "
+            "mixed: trimmed, with a share of batches (--full_window_share) still padded to "
+            "30 s, so the model keeps working on the 30 s windows every inference engine "
+            "feeds it. A model trained trimmed or mixed records it in its config, and "
+            "`transcribe`/`evaluate` then encode short clips on their own length."
+        },
+    )
+    full_window_share: float = field(
+        default=0.1,
+        metadata={
+            "help": "With --encoder_input mixed: the share of batches padded to 30 s (chosen "
+            "per batch from its contents, so a resumed run makes the same choices)."
+        },
+    )
     short_encoder_input: bool = field(
         default=False,
-        metadata={
-            "help": "Opt-in: feed the encoder only as many frames as the batch's longest clip "
-            "(position table sliced, as in icefall) instead of 30 s. Much faster per clip "
-            "without packing, but the pretrained model never saw shorter windows: check "
-            "accuracy (it is scored on normal 30 s input)."
-        },
+        metadata={"help": "The earlier spelling of --encoder_input trimmed (kept for scripts)."},
     )
     cache_encoder_outputs: bool = field(
         default=False,
@@ -476,6 +490,13 @@ class TrainConfig:
             "metavar": "zero2|zero3|zero3_offload|FILE",
         },
     )
+
+    @property
+    def encoder_input_mode(self) -> str:
+        """--encoder_input, with the earlier --short_encoder_input read as trimmed."""
+        if self.short_encoder_input and self.encoder_input == "full":
+            return "trimmed"
+        return self.encoder_input
 
 
 @dataclass(frozen=True)

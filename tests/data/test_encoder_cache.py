@@ -208,8 +208,9 @@ def test_an_interrupted_build_is_not_reused(
         (
             {"freeze_encoder": True},
             {"short_encoder_input": True},
-            "--cache_encoder_outputs and --short_encoder_input: the short window gives the "
-            "encoder a different number of frames per batch; pick one",
+            "--cache_encoder_outputs and --encoder_input trimmed: the cache holds the "
+            "encoder's outputs of 30 s windows, a trimmed batch has fewer frames; use "
+            "--encoder_input full with the cache",
         ),
     ],
 )

@@ -168,6 +168,56 @@ def test_trimmed_collator_cuts_a_batch_to_its_longest_clip(tiny_whisper_dir: Pat
     assert TrimmedCollator(base)(evaluation)["input_features"].shape == (2, 80, 3000)
 
 
+def test_mixed_input_keeps_about_its_share_of_batches_at_30_s(tiny_whisper_dir: Path) -> None:
+    """--encoder_input mixed: a batch stays 30 s by a checksum of its labels, so the same
+    batch decides the same every time (resume, ranks, workers), and the share holds."""
+    from transformers import WhisperProcessor
+
+    from fitwhisper.data.batching import TrimmedCollator, stays_full
+    from fitwhisper.data.features import WhisperCollator
+
+    rng = np.random.default_rng(0)
+    batches = [[{"labels": list(rng.integers(0, 50_000, size=12))} for _ in range(4)]
+               for _ in range(2000)]  # fmt: skip
+    kept = [stays_full(b, 0.1) for b in batches]
+    assert 0.08 < sum(kept) / len(kept) < 0.12
+    assert kept == [stays_full(b, 0.1) for b in batches]  # the same choice again
+    assert not any(stays_full(b, 0.0) for b in batches[:50])
+    assert all(stays_full(b, 1.0) for b in batches[:50])
+
+    processor = WhisperProcessor.from_pretrained(tiny_whisper_dir)
+    feats = np.random.rand(80, 3000).astype(np.float32)
+    full = next(b for b, k in zip(batches, kept, strict=True) if k)
+    trim = next(b for b, k in zip(batches, kept, strict=True) if not k)
+    collate = TrimmedCollator(WhisperCollator(processor, 50257), full_share=0.1)
+
+    def widths(batch):
+        return collate([{"input_features": feats, "labels": x["labels"], "frames": 101}
+                        for x in batch])["input_features"].shape[-1]  # fmt: skip
+
+    assert widths(full) == 3000 and widths(trim) == 102
+
+
+def test_a_model_trained_on_trimmed_input_records_it(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+) -> None:
+    from transformers import WhisperConfig
+
+    from fitwhisper.cli import main
+    from fitwhisper.models.short_window import trained_window
+
+    out = tmp_path / "run"
+    argv = ["train", "--model", str(tiny_whisper_dir), "--train_manifest", str(tone_manifest),
+            "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "2",
+            "--report_to", "none", "--encoder_input", "mixed", "--full_window_share", "0.2",
+            "-q"]  # fmt: skip
+    assert main(argv) == 0
+    config = WhisperConfig.from_pretrained(out / "final")
+    assert trained_window(config) == "mixed"
+    assert config.fitwhisper_encoder_input == {"mode": "mixed", "full_window_share": 0.2}
+    assert trained_window(WhisperConfig.from_pretrained(tiny_whisper_dir)) == "full"
+
+
 def test_train_with_every_speed_option_runs_and_logs_the_packing(
     tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, capsys
 ) -> None:

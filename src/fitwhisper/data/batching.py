@@ -14,9 +14,11 @@ which the memory planner and `BackoffTrainer` do not model.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -76,20 +78,37 @@ class TrimmedCollator:
     the unpadded waveform, padded only as far as the batch needs.
     """
 
-    def __init__(self, collator, *, multiple: int = 2) -> None:
+    def __init__(self, collator, *, multiple: int = 2, full_share: float = 0.0) -> None:
         self.collator = collator
         self.multiple = multiple
+        self.full_share = full_share
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if any("frames" not in f for f in features):
             # Evaluation items (Trainer collates them with the training collator) keep 30 s.
             return self.collator([{k: v for k, v in f.items() if k != "frames"} for f in features])
         frames = max(f.pop("frames") for f in features)
+        keep_full = stays_full(features, self.full_share)
         batch = self.collator(features)
+        if keep_full:
+            return batch
         full = batch["input_features"].shape[-1]
         keep = min(full, frames + (-frames % self.multiple))
         batch["input_features"] = batch["input_features"][..., :keep].contiguous()
         return batch
+
+
+def stays_full(features: list[dict[str, Any]], share: float) -> bool:
+    """Whether this batch keeps its 30 s window (`--encoder_input mixed`): decided by a
+    checksum of its labels, so the same batch decides the same in a resumed run, on every
+    rank and in every dataloader worker, and about `share` of the batches stay full."""
+    if share <= 0:
+        return False
+    if share >= 1:
+        return True
+    labels = [int(t) for f in features for t in f["labels"]]
+    digest = zlib.crc32(np.asarray(labels, dtype=np.int64).tobytes())
+    return digest % 10_000 < share * 10_000
 
 
 def training_data(
@@ -134,11 +153,13 @@ def training_data(
         from fitwhisper.data.encoder_cache import cached_encoder_data
 
         dataset, collator = cached_encoder_data(dataset, model, collator, cfg, precision)
-    if cfg.short_encoder_input:
-        from fitwhisper.models.short_window import allow_short_input
+    if (mode := cfg.encoder_input_mode) != "full":
+        from fitwhisper.models.short_window import allow_short_input, record_training_window
 
+        share = cfg.full_window_share if mode == "mixed" else 0.0
         allow_short_input(model)
-        return WithDurations(dataset, lengths), TrimmedCollator(collator)
+        record_training_window(model, mode, share)
+        return WithDurations(dataset, lengths), TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
         return WithDurations(dataset, lengths), _DropFrames(collator)
     return dataset, collator

@@ -161,10 +161,11 @@ def option_problems(model_cfg, train_cfg) -> list[str]:
             "--cache_encoder_outputs needs --freeze_encoder: a trained encoder's outputs "
             "change every step"
         )
-    if train_cfg.short_encoder_input:
+    if (mode := train_cfg.encoder_input_mode) != "full":
         problems.append(
-            "--cache_encoder_outputs and --short_encoder_input: the short window gives the "
-            "encoder a different number of frames per batch; pick one"
+            f"--cache_encoder_outputs and --encoder_input {mode}: the cache holds the "
+            "encoder's outputs of 30 s windows, a trimmed batch has fewer frames; use "
+            "--encoder_input full with the cache"
         )
     return problems
 

@@ -37,3 +37,19 @@ def allow_short_input(model) -> None:
 
     encoder.forward = types.MethodType(forward, encoder)
     encoder._fitwhisper_short_input = True
+
+
+CONFIG_KEY = "fitwhisper_encoder_input"
+
+
+def record_training_window(model, mode: str, full_share: float) -> None:
+    """Write into the model's config (saved with every checkpoint and final/) that it
+    trains on trimmed input, so inference may encode short clips on their own length."""
+    config = model.config
+    setattr(config, CONFIG_KEY, {"mode": mode, "full_window_share": full_share})
+
+
+def trained_window(config) -> str:
+    """How the model was trained: "full" (Whisper's 30 s), "trimmed" or "mixed"."""
+    recorded = getattr(config, CONFIG_KEY, None)
+    return recorded.get("mode", "full") if isinstance(recorded, dict) else "full"

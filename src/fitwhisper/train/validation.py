@@ -57,6 +57,7 @@ def validate(
     if not 0 <= (share := train_cfg.packed_single_clip_share) < 1:
         problems.append(f"--packed_single_clip_share must be in [0, 1), got {share}")
     problems += _range_problems(data_cfg, train_cfg)
+    problems += _encoder_input_problems(train_cfg)
     problems += _schedule_problems(train_cfg)
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)
@@ -70,6 +71,18 @@ def validate(
             "the options conflict:\n  - " + "\n  - ".join(problems),
             hint="fix the options above; `fitwhisper train --help` explains each one",
         )
+
+
+def _encoder_input_problems(cfg: TrainConfig) -> list[str]:
+    problems = []
+    if cfg.short_encoder_input and cfg.encoder_input != "full":
+        problems.append(
+            f"--short_encoder_input is the earlier spelling of --encoder_input trimmed; with "
+            f"--encoder_input {cfg.encoder_input} use one of them"
+        )
+    if not 0 <= (share := cfg.full_window_share) <= 1:
+        problems.append(f"--full_window_share must be in [0, 1], got {share}")
+    return problems
 
 
 def _range_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
