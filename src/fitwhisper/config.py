@@ -586,6 +586,16 @@ class EvalConfig:
         },
     )
     batch_size: int = field(default=8, metadata={"help": "Clips per generate call."})
+    encoder_window: Literal["auto", "full", "short"] = field(
+        default="auto",
+        metadata={
+            "help": "The encoder's input. full: every clip padded to 30 s (Whisper's "
+            "window). short: a batch's clips padded only to the longest of them. auto: short "
+            "for a model that recorded training on trimmed input (--encoder_input trimmed or "
+            "mixed), full for any other (a model trained on 30 s windows breaks on short "
+            "ones)."
+        },
+    )
     generation_max_length: int = field(
         default=225, metadata={"help": "Longest transcript, in tokens."}
     )

@@ -239,3 +239,44 @@ def test_train_with_every_speed_option_runs_and_logs_the_packing(
     assert state["global_step"] == 2
     record = (out / "fitwhisper.yaml").read_text()
     assert "pack_clips: true" in record and "short_encoder_input: true" in record
+
+
+def test_evaluation_encodes_short_clips_on_their_length_after_trimmed_training(
+    tiny_whisper_dir: Path, tone_manifest: Path
+) -> None:
+    """auto: a model that recorded trimmed/mixed training is scored on a window as long as
+    each batch's longest clip (tones of 1-2 s: 200 frames); one trained on 30 s windows,
+    or --encoder_window full, keeps 3000 frames. Generation runs on the short window too
+    (transformers' generate would pad it back to 30 s)."""
+    from transformers import WhisperForConditionalGeneration
+
+    from fitwhisper.data.features import SpeechDataset
+    from fitwhisper.data.manifest import load_manifest
+    from fitwhisper.evaluate import evaluate_model
+    from fitwhisper.models.generation import configure_generation
+    from fitwhisper.models.resolve import load_processor
+    from fitwhisper.models.short_window import record_training_window
+
+    processor = load_processor(str(tiny_whisper_dir))
+    model = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir).eval()
+    configure_generation(model, None, "transcribe")
+    rows = load_manifest(tone_manifest).rows
+    ds = SpeechDataset(rows, processor, language=None, task="transcribe")
+    widths: list[int] = []
+    model.get_encoder().register_forward_pre_hook(
+        lambda m, args, kw: widths.append((args[0] if args else kw["input_features"]).shape[-1]),
+        with_kwargs=True,
+    )
+
+    def score(**options):
+        widths.clear()
+        evaluate_model(model, processor, ds, [r.text for r in rows], [r.id for r in rows],
+                       language="en", batch_size=3, generation_max_length=4, **options)  # fmt: skip
+        return sorted(set(widths))
+
+    assert score() == [3000]  # trained on 30 s windows
+    record_training_window(model, "mixed", 0.1)
+    # Batches of 3 tones: 1.0-1.4 s and 1.6-2.0 s.
+    assert score() == [140, 200]
+    assert score(encoder_window="full") == [3000]
+    assert score(encoder_window="short") == [140, 200]

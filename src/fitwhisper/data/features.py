@@ -7,6 +7,7 @@ pads a batch the way Whisper's training expects (the Hugging Face fine-tuning re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -18,6 +19,8 @@ from torch.utils.data import Dataset
 from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
+
+HOP_LENGTH = 160  # samples per log-mel frame (10 ms at 16 kHz)
 
 # Whisper's vocabularies: GPT-2's 50257 tokens for English-only models, so their
 # <|startoftranscript|> is id 50257; multilingual ones add a token and start at 50258.
@@ -101,7 +104,12 @@ class SpeechDataset(Dataset):
         labels = label_ids(
             self.processor.tokenizer, row.text or "", row.language or self.language, self.task
         )
-        return {"input_features": features.astype(np.float32, copy=False), "labels": labels}
+        return {
+            "input_features": features.astype(np.float32, copy=False),
+            "labels": labels,
+            # The clip's own length in log-mel frames, for a short encoder window.
+            "clip_frames": math.ceil(len(audio) / HOP_LENGTH),
+        }
 
 
 class WhisperCollator:

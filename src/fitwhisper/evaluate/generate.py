@@ -80,10 +80,18 @@ def evaluate_model(
     from fitwhisper.data.features import WhisperCollator
     from fitwhisper.evaluate.scorer import decode
     from fitwhisper.memory.backoff import BackoffTrainer
+    from fitwhisper.models.short_window import (
+        ShortWindowCollator,
+        short_generation,
+        window_for,
+    )
 
     cfg = eval_config(cfg, **options)
     metric, norm = scorer_for(cfg)
     collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
+    window = window_for(model.config, cfg.encoder_window)
+    if window == "short":  # clips encoded on their own length (models/short_window.py)
+        collator = ShortWindowCollator(collator)
     groups = _language_groups(languages, len(dataset))
     hyps: list[str] = [""] * len(dataset)
     with tempfile.TemporaryDirectory(prefix="fitwhisper-eval-") as tmp, _arguments_quiet():
@@ -112,16 +120,18 @@ def evaluate_model(
         # accelerate marks a model it prepared and never prepares it again: a training
         # Trainer built on this model later would skip its mixed-precision autocast.
         was_prepared = getattr(model, "_is_accelerate_prepared", False)
+        short = short_generation(model) if window == "short" else contextlib.nullcontext()
         try:
-            for lang, idx in groups:
-                part = dataset
-                if len(groups) > 1:
-                    # Whisper prompts a batch with one language: generate group by group.
-                    part, gen.language = Subset(dataset, idx), lang
-                out = trainer.predict(part, metric_key_prefix="eval")
-                texts = decode(processor.tokenizer, out.predictions)
-                for i, text in zip(idx, texts, strict=True):
-                    hyps[i] = to_script(text, cfg.output_script)
+            with short:
+                for lang, idx in groups:
+                    part = dataset
+                    if len(groups) > 1:
+                        # Whisper prompts a batch with one language: generate group by group.
+                        part, gen.language = Subset(dataset, idx), lang
+                    out = trainer.predict(part, metric_key_prefix="eval")
+                    texts = decode(processor.tokenizer, out.predictions)
+                    for i, text in zip(idx, texts, strict=True):
+                        hyps[i] = to_script(text, cfg.output_script)
         finally:
             gen.language = saved_language
             if not was_prepared:

@@ -53,3 +53,73 @@ def trained_window(config) -> str:
     """How the model was trained: "full" (Whisper's 30 s), "trimmed" or "mixed"."""
     recorded = getattr(config, CONFIG_KEY, None)
     return recorded.get("mode", "full") if isinstance(recorded, dict) else "full"
+
+
+FULL_FRAMES = 3000  # 30 s of log-mel frames: Whisper's window
+
+
+def window_for(config, choice: str) -> str:
+    """The encoder window inference uses: `choice` (full, short), or for auto what the
+    model recorded (short after trimmed or mixed training, else full)."""
+    if choice in ("full", "short"):
+        return choice
+    return "full" if trained_window(config) == "full" else "short"
+
+
+def short_frames(clip_frames: int, multiple: int = 2) -> int:
+    """A window that holds `clip_frames`: rounded up to `multiple` (the encoder's second
+    convolution has stride 2), at most 30 s."""
+    return min(FULL_FRAMES, max(multiple, clip_frames + (-clip_frames % multiple)))
+
+
+class ShortWindowCollator:
+    """Wraps a collator: cuts each batch's features to its longest clip (`clip_frames`)."""
+
+    def __init__(self, collator) -> None:
+        self.collator = collator
+
+    def __call__(self, features):
+        frames = max(int(f.get("clip_frames", FULL_FRAMES)) for f in features)
+        batch = self.collator(features)
+        batch["input_features"] = batch["input_features"][..., : short_frames(frames)]
+        return batch
+
+
+def generate_short(model, input_features, *, generate=None, **kwargs):
+    """`model.generate` (or `generate`) with input shorter than 30 s encoded on its own
+    length.
+
+    transformers' generate cuts the input into segments of `2 x max_source_positions`
+    frames and pads each to that length, so for the call the model's window is the
+    input's own: one segment, unpadded (temperature fallback and timestamps as usual).
+    """
+    generate = generate or model.generate
+    if input_features is None or input_features.shape[-1] >= FULL_FRAMES:
+        return generate(input_features=input_features, **kwargs)
+    allow_short_input(model)
+    kwargs.pop("attention_mask", None)  # one window per clip: nothing to mask
+    config = model.config
+    saved = config.max_source_positions
+    config.max_source_positions = input_features.shape[-1] // 2  # conv stride 2
+    try:
+        return generate(input_features=input_features, **kwargs)
+    finally:
+        config.max_source_positions = saved
+
+
+class short_generation:
+    """Within it, `model.generate` encodes short input on its own length (generate_short);
+    for where a Trainer calls generate (evaluation)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def __enter__(self):
+        import functools
+
+        real = self.model.generate
+        self.model.generate = functools.partial(generate_short, self.model, generate=real)
+        return self.model
+
+    def __exit__(self, *exc) -> None:
+        self.model.__dict__.pop("generate", None)

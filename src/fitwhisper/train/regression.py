@@ -103,7 +103,10 @@ class RegressionGuard:
                 SpeechDataset(self.rows, self.processor, language=language, task=task),
                 [r.text for r in self.rows],
                 [r.id for r in self.rows],
-                dataclasses.replace(self.cfg, language=scoring_language(self.rows, language)),
+                # 30 s windows before and after, whatever the training window (run.py).
+                dataclasses.replace(
+                    self.cfg, language=scoring_language(self.rows, language), encoder_window="full"
+                ),  # fmt: skip
                 languages=per_row,
                 model_name=name,
             )

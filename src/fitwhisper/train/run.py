@@ -257,6 +257,9 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
             generation_max_length=train_cfg.generation_max_length,
             # The model's own output (no conversion): its script share is the point.
             expected_script=expected_script(model_cfg.output_script) or "auto",
+            # On the 30 s windows every inference engine feeds a model, also after
+            # trimmed training; `fitwhisper evaluate` scores the short window.
+            encoder_window="full",
         )
         res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
                              [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.data.features import HOP_LENGTH
 from fitwhisper.errors import ConfigError
 from fitwhisper.transcribe.formats import Segment, Transcript
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
@@ -50,6 +52,7 @@ class TransformersEngine:
 
         from fitwhisper.models.generation import language_for
         from fitwhisper.models.resolve import as_resolved, load_model, load_processor
+        from fitwhisper.models.short_window import allow_short_input, window_for
 
         if opts.timestamps == "word":
             raise ConfigError(
@@ -66,6 +69,10 @@ class TransformersEngine:
         self.processor = load_processor(resolved)
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
         self.model = load_model(resolved, dtype=dtype).to(device).eval()
+        # Clips up to 30 s on their own length, for a model trained on trimmed input.
+        self.short_window = window_for(self.model.config, opts.encoder_window) == "short"
+        if self.short_window:
+            allow_short_input(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False))
         # A fine-tune's generation config carries its language: that is the default.
@@ -111,6 +118,8 @@ class TransformersEngine:
         """`generate` over the batch: per audio, (segments in its own times, language)."""
         import torch
 
+        from fitwhisper.models.short_window import generate_short
+
         opts = self.opts
         feats, mask = self._features(audios)
         langs = self._languages(feats) if self.multilingual else None
@@ -144,7 +153,7 @@ class TransformersEngine:
         if opts.max_new_tokens:
             kwargs["max_new_tokens"] = opts.max_new_tokens
         with torch.inference_mode():
-            out = self.model.generate(feats.to(self.device, self.model.dtype), **kwargs)
+            out = generate_short(self.model, feats.to(self.device, self.model.dtype), **kwargs)
         total = sum(len(a) for a in audios) / SAMPLE_RATE_HZ
         if progress and total > done[0]:
             progress(total - done[0])
@@ -187,6 +196,11 @@ class TransformersEngine:
                 return_tensors="pt",
                 return_attention_mask=True,
             )
+            if self.short_window:  # the batch's longest clip, not 30 s
+                from fitwhisper.models.short_window import short_frames
+
+                keep = short_frames(math.ceil(max(len(a) for a in audios) / HOP_LENGTH))
+                return inputs.input_features[..., :keep], None
         return inputs.input_features, inputs.attention_mask.to(self.device)
 
     def _languages(self, feats) -> list[str]:

@@ -111,6 +111,15 @@ class TranscribeOptions:
             "negative_aliases": ["--no_vad"],
         },
     )
+    encoder_window: Literal["auto", "full", "short"] = field(
+        default="auto",
+        metadata={
+            "help": "transformers engine, clips up to 30 s: full pads each to 30 s (Whisper's "
+            "window); short encodes them on their own length; auto: short for a model "
+            "trained with --encoder_input trimmed or mixed (it records this), full for any "
+            "other (a model trained on 30 s windows breaks on short ones)."
+        },
+    )
     device: str = field(
         default="auto",
         metadata={"help": "auto, cpu, cuda or cuda:N.", "metavar": "DEVICE"},
