@@ -68,6 +68,22 @@ CONFIGS = [
     ("  --pack_clips + short_encoder_input", ["--pack_clips", "--short_encoder_input"], False),
 ]  # fmt: skip
 
+# The candidates for the default encoder input (`--rows encoder_input`): full runs are
+# scored at 30 s (as every engine feeds the model) and on the short window.
+ENCODER_INPUT = [
+    ("fitwhisper --encoder_input full (Whisper's 30 s)",
+     ["--no-pack_clips", "--encoder_input", "full"], False),
+    ("fitwhisper --encoder_input trimmed", ["--no-pack_clips", "--encoder_input", "trimmed"],
+     True),
+    ("fitwhisper --encoder_input mixed, 5% of batches at 30 s",
+     ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.05"], True),
+    ("fitwhisper --encoder_input mixed, 10% of batches at 30 s",
+     ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.1"], True),
+    ("fitwhisper --encoder_input mixed, 20% of batches at 30 s",
+     ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.2"], True),
+]  # fmt: skip
+ROWS = {"speed": CONFIGS, "encoder_input": ENCODER_INPUT}
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -76,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="Also write the markdown tables here.")
     ap.add_argument("--work", default=None, help="Keep runs here (default: a temp folder).")
     ap.add_argument("--n_train", type=int, default=80, help="Training clips per data set.")
+    ap.add_argument("--n_eval", type=int, default=32, help="Held-out clips per data set.")
+    ap.add_argument("--epochs", type=int, default=2, help="Epochs of the full runs.")
+    ap.add_argument(
+        "--rows",
+        choices=sorted(ROWS),
+        default="speed",
+        help="speed: each speed option; encoder_input: the default candidates.",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -83,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(a.work or tempfile.mkdtemp(prefix="fw-train-speed-"))
     work.mkdir(parents=True, exist_ok=True)
-    n_train, n_eval, steps = (16, 8, 2) if a.quick else (a.n_train, 32, 3)
-    epochs = 1 if a.quick else 2
+    n_train, n_eval, steps = (16, 8, 2) if a.quick else (a.n_train, a.n_eval, 3)
+    epochs = 1 if a.quick else a.epochs
     rate = matmul_rate()
     print(f"fp32 matmul rate ({THREADS} threads): {rate / 1e9:.0f} GFLOP/s", flush=True)
     sets = []
@@ -101,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                           "out": str(work / model_dir(model) / "baseline")})  # fmt: skip
         base["label"] = "baseline: standard recipe (padded to 30 s, precomputed)"
         results.append(base)
-        configs = CONFIGS
+        configs = ROWS[a.rows]
         for label, opts, full in configs:
             out = str(work / model_dir(model) / _slug(label))
             r = run_child({**common, "kind": "fitwhisper", "options": opts, "full": full,
@@ -130,8 +154,11 @@ def aishell_manifests(work: Path, n_train: int, n_eval: int) -> tuple[Path, Path
     def num(r):
         return int(r["utterance_id"][-4:])
 
-    train = [r for r in sent if 121 <= num(r) <= 420][:n_train]
-    held = [r for r in sent if num(r) > 420][:n_eval]
+    # Held out: the last n_eval sentences (those from W0421 on, then earlier ones as more
+    # are asked for); training: from W0121 on, before them.
+    ordered = sorted((r for r in sent if num(r) >= 121), key=num)
+    held = ordered[-n_eval:]
+    train = [r for r in ordered if num(r) < num(held[0])][:n_train]
     return _write(work / "zh", "train", train, src), _write(work / "zh", "eval", held, src)
 
 
@@ -315,11 +342,13 @@ def _child(spec: dict) -> int:
         res = train(model_cfg, data_cfg, train_cfg, callbacks=(measure.callback,))
         n_clips = res.train_rows
         metric = None
+        extra = {}
         if full:
             m = json.loads((out / "eval" / "metrics.json").read_text())
             metric = {"name": m["metric"], "value": m[m["metric"]],
                       "predictions": str(out / "eval" / "predictions.jsonl")}  # fmt: skip
-        extra = {}
+            if train_cfg.encoder_input_mode != "full":
+                extra["short_window"] = _evaluate_short(out, spec)
     if full:
         clips = spec["epochs"] * n_clips
     else:
@@ -379,6 +408,20 @@ def _evaluate(model, processor, spec: dict, out: Path) -> dict:
             "predictions": str(out / "predictions.jsonl")}  # fmt: skip
 
 
+def _evaluate_short(out: Path, spec: dict) -> dict:
+    """final/ scored again with each batch's clips encoded on their own length."""
+    from fitwhisper.evaluate import evaluate_manifest
+
+    t0 = time.perf_counter()
+    res = evaluate_manifest(str(out / "final"), spec["eval"], language=spec["language"],
+                            batch_size=8, generation_max_length=GEN_MAX,
+                            encoder_window="short")  # fmt: skip
+    seconds = time.perf_counter() - t0
+    res.write(out / "eval-short")
+    return {"name": res.score.metric, "value": res.score.normalized, "seconds": seconds,
+            "predictions": str(out / "eval-short" / "predictions.jsonl")}  # fmt: skip
+
+
 def _mean_duration(manifest: str) -> float:
     import soundfile as sf
 
@@ -397,8 +440,9 @@ def format_table(model: str, lang: str | None, results: list[dict], rate: float)
     head = (
         f"### {model} on {DATA_NAMES[bool(lang)]}\n\n"
         "| configuration | run | clips/s | x baseline | audio s/s | peak RSS GiB | "
-        "GFLOP/clip | GFLOP/s (% of matmul) | held-out error (95% CI of diff.) |\n"
-        "|---|---|---|---|---|---|---|---|---|"
+        "GFLOP/clip | GFLOP/s (% of matmul) | held-out error (95% CI of diff.) | "
+        "short window (95% CI of diff.) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in results:
@@ -409,12 +453,20 @@ def format_table(model: str, lang: str | None, results: list[dict], rate: float)
             if r is not base and base["metric"]:
                 lo, hi = paired_bootstrap(base["metric"]["predictions"], m["predictions"])
                 err += f" ({100 * lo:+.1f} to {100 * hi:+.1f})"
+        short = ""
+        if r.get("short_window") and base["metric"]:
+            m = r["short_window"]
+            lo, hi = paired_bootstrap(base["metric"]["predictions"], m["predictions"])
+            short = (
+                f"{m['name'].upper()} {100 * m['value']:.1f}% ({100 * lo:+.1f} to {100 * hi:+.1f})"
+            )
         run = f"{r['steps']} steps, full" if r["full"] else f"{r['steps']} steps"
         lines.append(
             f"| {r['label']} | {run} | {r['clips_per_s']:.2f} | "
             f"{r['clips_per_s'] / base['clips_per_s']:.2f} | {r['audio_s_per_s']:.1f} | "
             f"{r['rss_gib']:.2f} | {r['flops_per_clip'] / 1e9:.0f} | "
-            f"{r['flops_per_s'] / 1e9:.0f} ({100 * r['flops_per_s'] / rate:.0f}%) | {err} |"
+            f"{r['flops_per_s'] / 1e9:.0f} ({100 * r['flops_per_s'] / rate:.0f}%) | {err} | "
+            f"{short} |"
         )
     if "precompute_s" in base:
         lines.append(

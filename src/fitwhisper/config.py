@@ -430,25 +430,23 @@ class TrainConfig:
     encoder_input: Literal["full", "trimmed", "mixed"] = field(
         default="full",
         metadata={
-            "help": "What the encoder sees in training. full: every clip padded to 30 s, as "
-            "Whisper was trained. trimmed: only as many frames as the batch's longest clip "
-            "(position table sliced, as in icefall): several times faster on short clips. "
-            "mixed: trimmed, with a share of batches (--full_window_share) still padded to "
-            "30 s, so the model keeps working on the 30 s windows every inference engine "
-            "feeds it. A model trained trimmed or mixed records it in its config, and "
-            "`transcribe`/`evaluate` then encode short clips on their own length."
+            "help": "The encoder's training input. full: clips padded to 30 s, as Whisper "
+            "was trained. trimmed: cut to the batch's longest clip (icefall's sliced "
+            "positions), several times faster on short clips. mixed: trimmed, with "
+            "--full_window_share of the batches at 30 s, the window inference engines use. "
+            "The model records it; transcribe/evaluate then encode short clips as they are."
         },
     )
     full_window_share: float = field(
         default=0.1,
         metadata={
-            "help": "With --encoder_input mixed: the share of batches padded to 30 s (chosen "
-            "per batch from its contents, so a resumed run makes the same choices)."
+            "help": "--encoder_input mixed: the share of batches padded to 30 s (chosen by "
+            "each batch's contents: a resumed run chooses the same)."
         },
     )
+    # The earlier spelling of --encoder_input trimmed.
     short_encoder_input: bool = field(
-        default=False,
-        metadata={"help": "The earlier spelling of --encoder_input trimmed (kept for scripts)."},
+        default=False, metadata={"help": "Same as --encoder_input trimmed."}
     )
     cache_encoder_outputs: bool = field(
         default=False,
@@ -589,11 +587,9 @@ class EvalConfig:
     encoder_window: Literal["auto", "full", "short"] = field(
         default="auto",
         metadata={
-            "help": "The encoder's input. full: every clip padded to 30 s (Whisper's "
-            "window). short: a batch's clips padded only to the longest of them. auto: short "
-            "for a model that recorded training on trimmed input (--encoder_input trimmed or "
-            "mixed), full for any other (a model trained on 30 s windows breaks on short "
-            "ones)."
+            "help": "The encoder's input. full: clips padded to 30 s. short: to the batch's "
+            "longest clip. auto: short for a model trained with --encoder_input trimmed or "
+            "mixed (it records it), else full (30 s-trained models break on short input)."
         },
     )
     generation_max_length: int = field(

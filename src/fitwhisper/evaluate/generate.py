@@ -73,12 +73,10 @@ def evaluate_model(
         model_name: the model as the user named it, for the reports.
     """
     import torch
-    from torch.utils.data import Subset
     from transformers import Seq2SeqTrainingArguments
 
     from fitwhisper.chinese_script import to_script
     from fitwhisper.data.features import WhisperCollator
-    from fitwhisper.evaluate.scorer import decode
     from fitwhisper.memory.backoff import BackoffTrainer
     from fitwhisper.models.short_window import (
         ShortWindowCollator,
@@ -115,27 +113,10 @@ def evaluate_model(
             data_collator=collator,
             processing_class=processor,
         )
-        gen = model.generation_config
-        saved_language = gen.language
-        # accelerate marks a model it prepared and never prepares it again: a training
-        # Trainer built on this model later would skip its mixed-precision autocast.
-        was_prepared = getattr(model, "_is_accelerate_prepared", False)
-        short = short_generation(model) if window == "short" else contextlib.nullcontext()
-        try:
-            with short:
-                for lang, idx in groups:
-                    part = dataset
-                    if len(groups) > 1:
-                        # Whisper prompts a batch with one language: generate group by group.
-                        part, gen.language = Subset(dataset, idx), lang
-                    out = trainer.predict(part, metric_key_prefix="eval")
-                    texts = decode(processor.tokenizer, out.predictions)
-                    for i, text in zip(idx, texts, strict=True):
-                        hyps[i] = to_script(text, cfg.output_script)
-        finally:
-            gen.language = saved_language
-            if not was_prepared:
-                model.__dict__.pop("_is_accelerate_prepared", None)
+        with short_generation(model) if window == "short" else contextlib.nullcontext():
+            texts = _generate_groups(model, trainer, dataset, groups, processor.tokenizer)
+    for i, text in texts.items():
+        hyps[i] = to_script(text, cfg.output_script)
     return EvalResult(
         score=score(list(references), hyps, metric, norm),
         references=tuple(references),
@@ -291,3 +272,30 @@ def _arguments_quiet():
         yield
     finally:
         args_log.setLevel(level)
+
+
+def _generate_groups(model, trainer, dataset, groups, tokenizer) -> dict[int, str]:
+    """Each clip's text, generated group by group (Whisper prompts a batch with one
+    language), the model's generation config and accelerate state as they were after."""
+    from torch.utils.data import Subset
+
+    from fitwhisper.evaluate.scorer import decode
+
+    gen = model.generation_config
+    saved_language = gen.language
+    # accelerate marks a model it prepared and never prepares it again: a training
+    # Trainer built on this model later would skip its mixed-precision autocast.
+    was_prepared = getattr(model, "_is_accelerate_prepared", False)
+    texts: dict[int, str] = {}
+    try:
+        for lang, idx in groups:
+            part = dataset
+            if len(groups) > 1:
+                part, gen.language = Subset(dataset, idx), lang
+            out = trainer.predict(part, metric_key_prefix="eval")
+            texts.update(zip(idx, decode(tokenizer, out.predictions), strict=True))
+    finally:
+        gen.language = saved_language
+        if not was_prepared:
+            model.__dict__.pop("_is_accelerate_prepared", None)
+    return texts
