@@ -79,8 +79,6 @@ ENCODER_INPUT = [
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.05"], True),
     ("fitwhisper --encoder_input mixed, 10% of batches at 30 s",
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.1"], True),
-    ("fitwhisper --encoder_input mixed, 20% of batches at 30 s",
-     ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.2"], True),
 ]  # fmt: skip
 ROWS = {"speed": CONFIGS, "encoder_input": ENCODER_INPUT}
 
