@@ -104,7 +104,7 @@ def prepare(model_dir: str, manifest: str, language: str | None):
         batch["labels"] = tokenizer(batch["sentence"]).input_ids
         return batch
 
-    # No num_proc: even num_proc=1 forks a worker pool in datasets 4, which deadlocked here
+    # No num_proc: even num_proc=1 forks a worker pool in datasets 5.2, which deadlocked here
     # once (a fork of a process with torch threads running).
     ds = ds.map(prepare_dataset, remove_columns=ds.column_names)
     return processor, ds
