@@ -36,6 +36,7 @@ GAP_S = 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
+    global MODEL
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--short", type=int, default=40)
@@ -43,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch_size", type=int, default=8)
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", nargs="*", help="Run only rows whose name contains these.")
+    ap.add_argument("--model", default=MODEL,
+                    help="Model for every row (e.g. a run's final/ trained with "
+                    "--encoder_input mixed, for the short-window rows).")  # fmt: skip
     args = ap.parse_args(argv)
+    MODEL = args.model
 
     import torch
 
@@ -150,15 +155,17 @@ def _rows(args, ct2_dir: Path) -> dict:
 
         return run
 
-    def fitwhisper(engine: str, mode: str = "auto", timestamps: str = "segment"):
+    def fitwhisper(engine: str, mode: str = "auto", timestamps: str = "segment",
+                   window: str = "auto"):  # fmt: skip
         def make():
             from fitwhisper.models.resolve import resolve_model
             from fitwhisper.transcribe.options import TranscribeOptions
             from fitwhisper.transcribe.run import EngineChoice, make_engine
 
             opts = TranscribeOptions(
-                language="zh", batch_size=bs, threads=threads, mode=mode, timestamps=timestamps
-            )
+                language="zh", batch_size=bs, threads=threads, mode=mode, timestamps=timestamps,
+                encoder_window=window,
+            )  # fmt: skip
             eng = make_engine(resolve_model(MODEL), opts, EngineChoice(engine, "cpu", "bench"))
             group = bs * (16 if engine == "ct2" else 1)
 
@@ -234,7 +241,14 @@ def _rows(args, ct2_dir: Path) -> dict:
         "experiment: CT2 greedy, 30 s padded window (reference)": short_window(True),
         "experiment: CT2 greedy, window = clip + 1 s": short_window(False),
         "fitwhisper transcribe --engine transformers, fp32": fitwhisper("transformers"),
-    }
+        "fitwhisper transcribe --engine transformers --encoder_window full, fp32":
+            fitwhisper("transformers", window="full"),
+        "fitwhisper transcribe --engine transformers --encoder_window short, fp32":
+            fitwhisper("transformers", window="short"),
+        "fitwhisper transcribe --engine transformers --encoder_window short "
+        "--timestamps none, fp32": fitwhisper("transformers", timestamps="none",
+                                              window="short"),
+    }  # fmt: skip
 
 
 def _table(results, args, export_s: float) -> str:
