@@ -438,7 +438,7 @@ class TrainConfig:
         },
     )
     full_window_share: float = field(
-        default=0.1,
+        default=0.05,
         metadata={
             "help": "--encoder_input mixed: the share of batches padded to 30 s (chosen by "
             "each batch's contents: a resumed run chooses the same)."
