@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fitwhisper.models.short_window import short_frames
+
 FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
 
 
@@ -92,8 +94,7 @@ class TrimmedCollator:
         batch = self.collator(features)
         if keep_full:
             return batch
-        full = batch["input_features"].shape[-1]
-        keep = min(full, frames + (-frames % self.multiple))
+        keep = short_frames(frames, self.multiple)
         batch["input_features"] = batch["input_features"][..., :keep].contiguous()
         return batch
 
