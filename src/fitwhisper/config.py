@@ -234,6 +234,14 @@ class TrainConfig:
             "and metric; side by side in RUN/eval/regression.json."
         },
     )
+    score_before: bool = field(
+        default=True,
+        metadata={
+            "help": "Score --eval_manifest with the starting weights too (RUN/eval/before/), "
+            "so the model card shows what the fine-tune changed; --no-score_before skips it "
+            "(one generation pass over the held-out clips)."
+        },
+    )
     per_device_train_batch_size: int = field(
         default=8, metadata={"help": "Clips per device per forward pass when training."}
     )

@@ -83,6 +83,20 @@ def test_training_lowers_loss_and_writes_a_complete_run(
     assert "wer" in result.eval_metrics
     assert list((out / "logs").glob("events.out.tfevents.*"))
 
+    # The held-out clips were scored with the starting weights too, and the model card in
+    # final/ (the Hub's format) carries the run's own figures.
+    before = json.loads((out / "eval" / "before" / "metrics.json").read_text())
+    assert before["metric"] == "wer" and before["n_utterances"] == 6
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(result.final_dir / "README.md")
+    (res,) = card.data.eval_results
+    assert (res.metric_type, res.metric_value) == ("wer", round(100 * metrics["wer"], 2))
+    assert card.data.pipeline_tag == "automatic-speech-recognition"
+    assert f"{round(100 * before['wer'], 2)}% |" in card.text  # before, beside after
+    assert "training: 6 clips used of 6 rows" in card.text
+    assert (result.final_dir / "fitwhisper.yaml").is_file()  # what "Reproduce" points at
+
 
 def test_conflicting_options_are_reported_together_before_loading(tmp_path: Path) -> None:
     cfg = TrainConfig(

@@ -134,5 +134,9 @@ def test_export_scores_within_one_point_of_its_source(shared_data: Path, tmp_pat
     print(report)
     assert report["metric"] == "cer" and report["rows"] == 24
     assert 0.0 < report["source"]["cer"] < 0.5  # real transcripts, not empty ones
-    assert abs(report["difference"]["cer"]) <= 0.01
+    ct2 = report["formats"]["ct2"]
+    assert abs(ct2["difference"]["cer"]) <= 0.01
+    # The long file (the clips joined, about a minute) with timestamps, in order.
+    assert report["long_file"]["seconds"] > 30 and ct2["long_file"]["times_ok"]
+    assert abs(ct2["long_file"]["cer"] - report["source"]["long_file"]["cer"]) <= 0.05
     assert re.search(r"int8", (out / "fitwhisper_export.json").read_text())

@@ -12,6 +12,7 @@ from fitwhisper.scoring import OPENCC_CONFIGS
 
 # OpenCC's tables as a Literal, so the flag's choices come from the field's type.
 OpenCCConfig = Literal[OPENCC_CONFIGS]  # type: ignore[valid-type]
+GgmlType = Literal["f16", "f32"]
 
 
 @dataclass(frozen=True)
@@ -23,20 +24,39 @@ class ExportArgs:
     )
     out: str = field(
         metadata={
-            "help": "Folder to write the CTranslate2 model to.",
+            "help": "Folder to write to: the model itself for one --format, a folder per "
+            "format (OUT/ct2, OUT/ggml, ...) for several; README.md (the model card) and, "
+            "with --manifest, export_report.json go here.",
             "positional": True,
             "metavar": "OUT",
         }
     )
+    format: list[str] = field(
+        default_factory=lambda: ["ct2"],
+        metadata={
+            "help": "ct2 (faster-whisper), ggml (whisper.cpp), onnx (onnxruntime), openai "
+            "(openai-whisper); several as a comma list, e.g. ct2,ggml,onnx,openai",
+            "metavar": "FORMATS",
+        },
+    )
     quantization: Quantization = field(
         default="int8",
         metadata={
-            "help": "Weight type: int8 (default; smallest, fastest on CPU), int8_float16 or "
-            "float16 (GPU), float32."
+            "help": "ct2 weight type: int8 (default; smallest, fastest on CPU), int8_float16 "
+            "or float16 (GPU), float32."
         },
     )
+    ggml_dtype: GgmlType = field(
+        default="f16",
+        metadata={"help": "ggml weight type: f16 (whisper.cpp's converter's default) or f32."},
+    )
     manifest: str | None = field(
-        default=None, metadata={"help": "Re-score this manifest with both models."}
+        default=None,
+        metadata={
+            "help": "Re-score: the source and each export, in its own engine, transcribe "
+            "these rows and a long file made of them (with timestamps); table printed and "
+            "written to OUT/export_report.json and the model card."
+        },
     )
     language: str | None = field(
         default=None,
@@ -68,13 +88,18 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         "export",
         OPTIONS,
         run,
-        help="Export a model (LoRA adapters merged) to CTranslate2 for faster-whisper.",
-        description="Merges a LoRA adapter into its base when MODEL is one, converts with "
-        "CTranslate2's own TransformersConverter and writes a folder that faster-whisper's "
-        "WhisperModel and `fitwhisper transcribe --engine ct2` load. With --manifest, the "
-        "source and the exported model transcribe the same rows (greedy) and are scored with "
-        "the metric and normaliser of `fitwhisper evaluate`; the change is printed and "
-        "written to OUT/export_report.json.",
+        help="Export a model (LoRA adapters merged) to faster-whisper, whisper.cpp, ONNX "
+        "or openai-whisper, and check each scores as its source.",
+        description="Merges a LoRA adapter into its base when MODEL is one, then writes each "
+        "--format: ct2 (CTranslate2's own converter; faster-whisper, `fitwhisper transcribe "
+        "--engine ct2`), ggml (the file whisper.cpp loads, mel filters and vocabulary "
+        "inside), onnx (encoder and decoder with past key values for onnxruntime) and "
+        "openai (the checkpoint whisper.load_model reads). The fine-tune's language and "
+        "task travel with each. With --manifest, the source and every export transcribe "
+        "the same rows, each in its own engine, scored with the metric and normaliser of "
+        "`fitwhisper evaluate`, plus a long file with timestamps; the table is printed and "
+        "written to OUT/export_report.json. The model card (README.md, the Hub's format) "
+        "is copied from the source and gets the table.",
     )
 
 
@@ -82,24 +107,36 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from fitwhisper.export import export_ct2, rescore
+    from fitwhisper.export.card import write_export_cards
+    from fitwhisper.export.formats import FORMATS, check_formats, export_formats
+    from fitwhisper.export.rescoring import rescore
+    from fitwhisper.models.resolve import resolve_model
 
     a = build_config(ExportArgs, args)
-    r = export_ct2(a.model, a.out, quantization=a.quantization, overwrite=a.force)
-    print(f"exported {r.source} -> {r.out} ({r.quantization}, {r.size_mb:.0f} MB)")
-    print(f"  use it: fitwhisper transcribe --model {r.out} AUDIO  (or faster-whisper)")
+    formats = check_formats(a.format)
+    model = resolve_model(a.model)
+    written = export_formats(model, a.out, formats, quantization=a.quantization,
+                             ggml_dtype=a.ggml_dtype, overwrite=a.force)  # fmt: skip
+    for w in written:
+        print(f"exported {w.source} -> {w.out} ({w.format}, {w.size_mb:.0f} MB)")
+        print(f"  load it: {FORMATS[w.format].loads_with.replace('OUT', str(w.out))}")
+    rescored = None
     if a.manifest:
-        s = rescore(
-            a.model,
-            r.out,
+        rescored = rescore(
+            model,
+            {w.format: w.out for w in written},
             a.manifest,
             language=a.language,
             max_samples=a.max_samples,
             batch_size=a.batch_size,
             opencc=a.opencc,
         )
-        print(s.format())
-        report = Path(r.out) / "export_report.json"
-        report.write_text(json.dumps(s.as_dict(), indent=2, ensure_ascii=False) + "\n")
+        print(rescored.format())
+        report = Path(a.out) / "export_report.json"
+        report.write_text(json.dumps(rescored.as_dict(), indent=2, ensure_ascii=False) + "\n")
         print(f"  wrote  {report}")
+    source = model.adapter or (model.path_or_id if model.kind != "hub" else None)
+    cards = write_export_cards(source and Path(str(source)), model.spec, a.language,
+                               Path(a.out), written, rescored)  # fmt: skip
+    print(f"  wrote  {cards[0]} (model card)")
     return 0

@@ -1,11 +1,14 @@
 """Export a model for other runtimes and check it still scores the same.
 
-    fitwhisper export MODEL OUT [--quantization int8] [--manifest M]
+    fitwhisper export MODEL OUT [--format ct2,ggml,onnx,openai] [--manifest M]
 
-- `ct2`: `export_ct2`, a model (LoRA adapters merged) as a CTranslate2 folder for
-  faster-whisper; the conversion itself is `fitwhisper.models.ct2_export`'s
-- `rescoring`: `rescore`, the source and its export on the same manifest rows, scored as
-  `fitwhisper evaluate` scores
+- `formats`: the formats, their engines, and `export_formats` (LoRA merged once, each
+  format written aside and renamed into place)
+- `ct2`, `ggml`, `onnx_format`, `openai_format`: each writes its format
+  (`write_<format>`) and runs it in its own engine (`transcribe_<format>`)
+- `rescoring`: `rescore`, the source and its exports on the same rows and a long file,
+  scored as `fitwhisper evaluate` scores
+- `card`: the model card's Exports section
 
 Names are loaded on first use, so `import fitwhisper.export` stays light.
 """
@@ -19,6 +22,8 @@ from typing import Any
 _EXPORTS = {
     "ExportResult": "fitwhisper.export.ct2",
     "export_ct2": "fitwhisper.export.ct2",
+    "FORMATS": "fitwhisper.export.formats",
+    "export_formats": "fitwhisper.export.formats",
     "Rescore": "fitwhisper.export.rescoring",
     "rescore": "fitwhisper.export.rescoring",
     "QUANTIZATIONS": "fitwhisper.models.ct2_export",

@@ -63,3 +63,40 @@ def export_ct2(
     size = sum(f.stat().st_size for f in dest.iterdir()) / 1e6
     log.info("exported %s to %s (%s, %.0f MB)", model.spec, dest, quantization, size)
     return ExportResult(dest, model.spec, quantization, size)
+
+
+def transcribe_ct2(
+    dest: Path,
+    audios: list,
+    *,
+    language: str | None,
+    task: str = "transcribe",
+    timestamps: bool = False,
+    threads: int = 2,
+) -> list[dict]:
+    """faster-whisper on the exported folder, greedy without temperature fallback or voice
+    activity detection (the settings the other formats' engines run with); language None:
+    what the export recorded for the fine-tune, else faster-whisper's detection."""
+    import json
+
+    from faster_whisper import WhisperModel
+
+    from fitwhisper.models.ct2_export import EXPORT_INFO
+    from fitwhisper.transcribe.ct2_engine import language_code
+
+    info_file = Path(dest) / EXPORT_INFO
+    info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+    recorded = info.get("language")
+    language = language or (language_code(recorded) if recorded else None)
+    model = WhisperModel(str(dest), device="cpu", compute_type="default", cpu_threads=threads)
+    out = []
+    for audio in audios:
+        segments, meta = model.transcribe(
+            audio, language=language, task=task, beam_size=1, temperature=0.0,
+            without_timestamps=not timestamps, condition_on_previous_text=False,
+            vad_filter=False,
+        )  # fmt: skip
+        segs = [{"start": s.start, "end": s.end, "text": s.text.strip()} for s in segments]
+        out.append({"text": " ".join(s["text"] for s in segs).strip(),
+                    "language": meta.language, "segments": segs})  # fmt: skip
+    return out

@@ -1,93 +1,222 @@
-"""Re-score an export against its source: `fitwhisper export ... --manifest M`.
+"""Re-score exports against their source: `fitwhisper export ... --manifest M`.
 
-The source model (transformers, greedy) and the exported one (faster-whisper, greedy)
-transcribe the same manifest rows and are scored with the same metric and normaliser as
-`fitwhisper evaluate`, so the difference is the export's alone.
+The source model (transformers, greedy) and each export, run in its own engine (greedy,
+no temperature fallback, no voice activity detection), transcribe the same manifest rows,
+scored with the metric and normaliser of `fitwhisper evaluate`, so a difference is the
+export's alone. Then a long file (the first clips joined with a second of silence
+between them, up to about a minute) is transcribed with timestamps by each: its error
+rate, its segment count, and whether its times run forward inside the file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from fitwhisper.scoring import Score
+
+SAMPLE_RATE = 16_000
+LONG_FILE_S = 60.0  # about two 30 s windows: the long-form path, and the seam between them
+GAP_S = 1.0
+
+
+@dataclass(frozen=True)
+class LongFile:
+    """One engine's transcript of the long file, with timestamps."""
+
+    score: Score
+    segments: int
+    times_ok: bool  # starts never go back, each end >= its start, all inside the file
+
+    def as_dict(self) -> dict:
+        m = self.score.metric
+        return {m: self.score.normalized, "segments": self.segments, "times_ok": self.times_ok}
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A model (the source or one export) on the rows and on the long file."""
+
+    name: str
+    engine: str
+    score: Score
+    seconds: float
+    long_file: LongFile | None = None
+    folder: str | None = None
+
+    def as_dict(self) -> dict:
+        out = {"engine": self.engine, **self.score.as_dict(), "seconds": self.seconds}
+        if self.folder:
+            out["folder"] = self.folder
+        if self.long_file is not None:
+            out["long_file"] = self.long_file.as_dict()
+        return out
 
 
 @dataclass(frozen=True)
 class Rescore:
-    """The source and the exported model on the same rows, same metric and normaliser."""
+    """The source and its exports on the same rows, same metric and normaliser."""
 
-    source: Score
-    exported: Score
+    source: Scored
+    exports: list[Scored]
     n_rows: int
+    long_file_s: float = 0.0
+    long_file_clips: int = 0
+    metric: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric", self.source.score.metric)
+
+    def difference(self, s: Scored) -> float:
+        return s.score.normalized - self.source.score.normalized
 
     def as_dict(self) -> dict:
-        m = self.source.metric
+        m = self.metric
+        formats = {}
+        for s in self.exports:
+            formats[s.name] = {
+                **s.as_dict(),
+                "difference": {m: self.difference(s)},
+                "speed_vs_source": self.source.seconds / s.seconds if s.seconds else None,
+            }
         return {
             "metric": m,
-            "normalizer": self.source.normalizer,
+            "normalizer": self.source.score.normalizer,
             "rows": self.n_rows,
+            "long_file": {"seconds": self.long_file_s, "clips": self.long_file_clips},
             "source": self.source.as_dict(),
-            "exported": self.exported.as_dict(),
-            "difference": {m: self.exported.normalized - self.source.normalized},
+            "formats": formats,
         }
 
     def format(self) -> str:
-        m = self.source.metric.upper()
-        d = 100 * (self.exported.normalized - self.source.normalized)
-        return (
-            f"{m} ({self.source.normalizer}) on {self.n_rows} rows: "
-            f"source {100 * self.source.normalized:.2f}%, "
-            f"exported {100 * self.exported.normalized:.2f}%  ({d:+.2f} points)"
-        )
+        """The side-by-side table printed by `fitwhisper export --manifest`."""
+        m = self.metric.upper()
+        lines = [
+            f"{m} ({self.source.score.normalizer}) on {self.n_rows} rows; long file "
+            f"{self.long_file_s:.0f} s ({self.long_file_clips} clips) with timestamps",
+            f"  {'format':8} {'engine':30} {m:>7} {'change':>7} {'seconds':>8} {'speed':>6}"
+            f" {'long ' + m:>9} {'segments':>8} {'times':>5}",
+        ]
+        for s in [self.source, *self.exports]:
+            change = "" if s is self.source else f"{100 * self.difference(s):+.2f}"
+            speed = self.source.seconds / s.seconds if s.seconds else 0.0
+            lf = s.long_file
+            long_cols = f"{'-':>9} {'-':>8} {'-':>5}"
+            if lf:
+                ok = "ok" if lf.times_ok else "BAD"
+                long_cols = f"{100 * lf.score.normalized:8.2f}% {lf.segments:8d} {ok:>5}"
+            lines.append(
+                f"  {s.name:8} {s.engine:30} {100 * s.score.normalized:6.2f}% {change:>7} "
+                f"{s.seconds:8.1f} {speed:5.2f}x {long_cols}"
+            )
+        return "\n".join(lines)
 
 
 def rescore(
-    source_spec: str,
-    exported: str | Path,
+    source_spec,
+    exports: dict[str, Path],
     manifest: str | Path,
     *,
     language: str | None = None,
     max_samples: int | None = None,
     batch_size: int = 8,
-    device: str = "cpu",
     opencc: str | None = None,
+    long_file: bool = True,
 ) -> Rescore:
-    """Score the source model and its export on the same manifest rows (greedy, no
-    temperature fallback, no timestamps: the settings of `fitwhisper evaluate`); `opencc`
-    converts both sides' script before scoring, as `evaluate --opencc` does."""
+    """Score the source and each export (format -> folder) on the same manifest rows;
+    `opencc` converts both sides' script before scoring, as `evaluate --opencc` does."""
     import dataclasses
 
     from fitwhisper.config import EvalConfig
     from fitwhisper.data.audio import load_audio
     from fitwhisper.data.usable import usable_rows
     from fitwhisper.evaluate import evaluate_rows, scorer_for, scoring_language
+    from fitwhisper.export.formats import FORMATS, runner
     from fitwhisper.models.resolve import as_resolved, load_processor
     from fitwhisper.scoring import score
-    from fitwhisper.transcribe.ct2_engine import CT2Engine
-    from fitwhisper.transcribe.options import TranscribeOptions
 
-    # One check of the rows, one scorer: the two models see the same clips, scored alike.
+    # One check of the rows, one scorer: every model sees the same clips, scored alike.
     source_model = as_resolved(source_spec)
     processor = load_processor(source_model)
     rows = usable_rows(
         manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
     ).rows
     cfg = EvalConfig(language=language, batch_size=batch_size, opencc=opencc)
-    source = evaluate_rows(source_model, processor, rows, cfg)
-    # Every clip decoded whole, as evaluate decodes it for the source: no VAD in between.
+    t0 = time.perf_counter()
+    source_res = evaluate_rows(source_model, processor, rows, cfg)
+    source_s = time.perf_counter() - t0
+    metric, norm = scorer_for(dataclasses.replace(cfg, language=scoring_language(rows, language)))
+    audios = [load_audio(r.audio) for r in rows]
+    long_audio, long_ref, n_long = _long_file(audios, [r.text for r in rows])
+    duration = len(long_audio) / SAMPLE_RATE
+
+    def judge(text: str, segments: list[dict]) -> LongFile:
+        return LongFile(score([long_ref], [text], metric, norm), len(segments),
+                        _times_ok(segments, duration))  # fmt: skip
+
+    source_long = None
+    if long_file:
+        text, segments = _source_long_file(source_model, long_audio, language)
+        source_long = judge(text, segments)
+    source = Scored("source", "transformers", source_res.score, source_s, source_long)
+    scored = []
+    for fmt, folder in exports.items():
+        run = runner(fmt)
+        t0 = time.perf_counter()
+        outs = run(Path(folder), audios, language=language, timestamps=False)
+        seconds = time.perf_counter() - t0
+        s = score([r.text for r in rows], [o["text"] for o in outs], metric, norm)
+        lf = None
+        if long_file:
+            (o,) = run(Path(folder), [long_audio], language=language, timestamps=True)
+            lf = judge(o["text"], o["segments"])
+        scored.append(Scored(fmt, FORMATS[fmt].engine, s, seconds, lf, str(folder)))
+    return Rescore(source, scored, len(rows), duration if long_file else 0.0,
+                   n_long if long_file else 0)  # fmt: skip
+
+
+def _long_file(audios: list[np.ndarray], texts: list[str]) -> tuple[np.ndarray, str, int]:
+    """The first clips joined with GAP_S of silence, up to about LONG_FILE_S."""
+    gap = np.zeros(int(GAP_S * SAMPLE_RATE), dtype=np.float32)
+    parts, refs, total = [], [], 0.0
+    for audio, text in zip(audios, texts, strict=True):
+        if parts and total + len(audio) / SAMPLE_RATE > LONG_FILE_S:
+            break
+        parts += [audio.astype(np.float32), gap]
+        refs.append(text)
+        total += len(audio) / SAMPLE_RATE + GAP_S
+    return np.concatenate(parts), " ".join(refs), len(refs)
+
+
+def _source_long_file(model, audio: np.ndarray, language: str | None) -> tuple[str, list[dict]]:
+    """The source's own long-form transcript with timestamps (transformers' sequential
+    algorithm, through fitwhisper's transformers engine, greedy like the exports)."""
+    from fitwhisper.transcribe.hf_engine import TransformersEngine
+    from fitwhisper.transcribe.options import TranscribeOptions
+
     opts = TranscribeOptions(
         language=language,
-        timestamps="none",
+        timestamps="segment",
         temperature_fallback=False,
         condition_on_previous_text=False,
-        batch_size=batch_size,
         vad=False,
+        batch_size=1,
+        mode="sequential",
     )
-    engine = CT2Engine(exported, opts, device)
-    texts = [
-        t.text for t in engine.transcribe([r.id for r in rows], [load_audio(r.audio) for r in rows])
-    ]
-    metric, norm = scorer_for(dataclasses.replace(cfg, language=scoring_language(rows, language)))
-    exported_score = score([r.text for r in rows], texts, metric, norm)
-    return Rescore(source.score, exported_score, len(rows))
+    (t,) = TransformersEngine(model, opts, "cpu").transcribe(["long"], [audio])
+    segments = [{"start": s.start, "end": s.end, "text": s.text} for s in t.segments]
+    return " ".join(s["text"].strip() for s in segments), segments
+
+
+def _times_ok(segments: list[dict], duration: float) -> bool:
+    """Segment times run forward and stay inside the file (a second of slack at the end)."""
+    last = 0.0
+    for s in segments:
+        start, end = float(s["start"]), float(s["end"])
+        if start < last - 0.01 or end < start or end > duration + 1.0:
+            return False
+        last = start
+    return bool(segments)

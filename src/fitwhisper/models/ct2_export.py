@@ -74,7 +74,7 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
             from fitwhisper.models.merge import merge_adapter
 
             source = merge_adapter(model, Path(tmp) / "merged").out
-        _refuse_nonfinite(Path(source), model.spec)
+        refuse_nonfinite(Path(source), model.spec)
         work = Path(tmp) / "ct2"
         try:
             # tokenizer.json is copied by the converter; transformers 5 keeps the feature
@@ -106,7 +106,7 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _refuse_nonfinite(folder: Path, spec: str) -> None:
+def refuse_nonfinite(folder: Path, spec: str) -> None:
     """Raise DivergenceError when a floating-point tensor of the folder's safetensors files
     holds NaN or Inf: one pass over the weights, one tensor in memory at a time."""
     import torch

@@ -44,6 +44,7 @@ RESUMABLE_CHANGES = frozenset(
         "save_total_limit",
         "dataloader_num_workers",
         "per_device_eval_batch_size",
+        "score_before",  # scoring, not training
         "resume",
         "resume_despite_changes",
         "overwrite_output_dir",

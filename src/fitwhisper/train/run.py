@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from fitwhisper.config import DataConfig, EvalConfig, ModelConfig, TrainConfig
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.precision import run_precision
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,8 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
         # training Trainer exists: the scoring Trainer rewrites accelerate's shared state
         # (mixed precision "no"), which would silently turn the run's bf16/fp16 off.
         regression.score_before(model)
+    if ranks.is_main():
+        _score_before(model, processor, data, model_cfg, train_cfg, out)
     trainer = setup.trainer(
         model, processor, data, model_cfg, data_cfg, train_cfg, precision,
         fingerprint=fingerprint, callbacks=callbacks, resumed_step=resumed_step,
@@ -148,6 +150,10 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     metrics = {}
     if ranks.is_main():
         metrics = _score_final(trainer, processor, data, model_cfg, train_cfg, out, regression)
+    if ranks.is_main():
+        from fitwhisper.models.card import write_run_card
+
+        write_run_card(out, final_dir)  # README.md: the Hub's model card, from the run's files
     best = trainer.state.best_model_checkpoint
     return TrainResult(
         output_dir=out,
@@ -235,9 +241,8 @@ def _apply_method(model_cfg: ModelConfig) -> ModelConfig:
 def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regression):
     """The final model on the held-out clips (RUN/eval/) and the regression set, after
     handing back what only training needed (gradients, optimizer states)."""
-    from fitwhisper.chinese_script import expected_script
-    from fitwhisper.evaluate import evaluate_model, scoring_language
     from fitwhisper.memory.backoff import release_memory
+    from fitwhisper.train.held_out import score_held_out
     from fitwhisper.train.trainer import free_training_memory
 
     metrics: dict[str, float] = {}
@@ -250,23 +255,9 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
         free_training_memory(trainer)
     release_memory()
     if data.eval_ds is not None:
-        rows = data.eval_rows
-        cfg = EvalConfig(
-            language=scoring_language(rows, data.language),
-            batch_size=train_cfg.per_device_eval_batch_size,
-            generation_max_length=train_cfg.generation_max_length,
-            # The model's own output (no conversion): its script share is the point.
-            expected_script=expected_script(model_cfg.output_script) or "auto",
-            # On the 30 s windows every inference engine feeds a model, also after
-            # trimmed training; `fitwhisper evaluate` scores the short window.
-            encoder_window="full",
-        )
-        res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
-                             [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip
-        res.write(out / "eval")
+        res = score_held_out(model, processor, data, model_cfg, train_cfg, out / "eval",
+                             when="final")  # fmt: skip
         metrics[res.score.metric] = res.score.normalized
-        log.info("final %s on %d held-out clips: %.2f%% (%s)", res.score.metric.upper(),
-                 len(rows), 100 * res.score.normalized, res.score.normalizer)  # fmt: skip
         if "script" in (extra := res.extra_figures()):
             metrics["script_share"] = extra["script"]["share_in_expected_script"]
     if regression is not None:
@@ -274,6 +265,17 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
         metrics["regression_before"] = report.before.score.normalized
         metrics["regression_after"] = report.after.score.normalized
     return metrics
+
+
+def _score_before(model, processor, data, model_cfg, train_cfg, out: Path) -> None:
+    """The held-out clips with the starting weights (RUN/eval/before/), once per run folder:
+    the base's figure beside the final one in the model card."""
+    before = out / "eval" / "before"
+    if data.eval_ds is None or not train_cfg.score_before or (before / "metrics.json").is_file():
+        return
+    from fitwhisper.train.held_out import score_held_out
+
+    score_held_out(model, processor, data, model_cfg, train_cfg, before, when="before fine-tuning")
 
 
 def _without_deepspeed(final_dir: Path):

@@ -1,0 +1,224 @@
+"""The export formats: what writes each one, the engine that runs it, and how it is loaded.
+
+    fitwhisper export MODEL OUT --format ct2 ggml onnx openai
+
+One format is written into OUT itself (as `export MODEL OUT` always did, for ct2); several
+go to OUT/<format>/. The source is resolved and a LoRA adapter merged into its base once,
+then each format is written into a temporary sibling and renamed into place, so a failed
+conversion leaves no half-written folder. Every format carries the fine-tune's language
+and task (a Mandarin fine-tune stays Mandarin in an engine given no language).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fitwhisper.errors import ConfigError
+from fitwhisper.paths import require_folder
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    engine: str  # the runtime that loads it, as its users know it
+    loads_with: str  # one line a user copies
+    module: str  # defines write_<name> and transcribe_<name>
+    package: str  # the PyPI distribution its engine needs
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format(
+            "ct2",
+            "faster-whisper (CTranslate2)",
+            "faster_whisper.WhisperModel(OUT)",
+            "fitwhisper.export.ct2",
+            "faster-whisper",
+        ),
+        Format(
+            "ggml",
+            "whisper.cpp (pywhispercpp)",
+            "whisper-cli -m OUT/ggml-model.bin",
+            "fitwhisper.export.ggml",
+            "pywhispercpp",
+        ),
+        Format(
+            "onnx",
+            "onnxruntime",
+            "onnxruntime.InferenceSession(OUT/encoder_model.onnx)",
+            "fitwhisper.export.onnx_format",
+            "onnxruntime",
+        ),
+        Format(
+            "openai",
+            "openai-whisper",
+            "whisper.load_model('OUT/model.pt')",
+            "fitwhisper.export.openai_format",
+            "openai-whisper",
+        ),
+    )  # fmt: skip
+}
+
+
+@dataclass(frozen=True)
+class Written:
+    """One format written: where, from what, and its size."""
+
+    format: str
+    out: Path
+    source: str
+    size_mb: float
+
+
+def writer(fmt: str):
+    return getattr(importlib.import_module(FORMATS[fmt].module), f"write_{fmt}")
+
+
+def runner(fmt: str):
+    """`transcribe_<fmt>(dest, audios, *, language, task, timestamps) -> [{"text",
+    "language", "segments"}]`: the format run in its own engine."""
+    return getattr(importlib.import_module(FORMATS[fmt].module), f"transcribe_{fmt}")
+
+
+def destinations(out: Path, formats: Sequence[str]) -> dict[str, Path]:
+    """OUT for one format, OUT/<format>/ for several."""
+    if len(formats) == 1:
+        return {formats[0]: out}
+    return {f: out / f for f in formats}
+
+
+def check_formats(formats: Sequence[str]) -> list[str]:
+    """The formats asked for, once each, in the order given; ConfigError for an unknown one."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ConfigError(
+            f"unknown --format {', '.join(unknown)}", hint="use " + ", ".join(FORMATS)
+        )
+    return list(dict.fromkeys(formats)) or ["ct2"]
+
+
+def export_formats(
+    model_spec,
+    out: str | Path,
+    formats: Sequence[str] = ("ct2",),
+    *,
+    quantization: str = "int8",
+    ggml_dtype: str = "f16",
+    overwrite: bool = False,
+) -> list[Written]:
+    """Write `model_spec` in each of `formats` (see the module docstring for the layout).
+
+    Raises:
+        ConfigError: an unknown format, or a destination that exists and is not empty
+            without `overwrite`.
+        ModelLoadError / DivergenceError: the source cannot be loaded, or has non-finite
+            weights (a diverged run is never exported).
+    """
+    from fitwhisper.export.ct2 import export_ct2
+    from fitwhisper.models.resolve import as_resolved
+
+    formats = check_formats(formats)
+    out = Path(out)
+    dests = destinations(out, formats)
+    require_folder(out, "OUT")  # before any conversion, not after it
+    for dest in dests.values():
+        _clear(dest, overwrite)
+    model = as_resolved(model_spec)
+    # A run's model card sits beside its weights, or beside a LoRA adapter.
+    card_from = Path(str(model.adapter or model.path_or_id))
+    written = []
+    with merged_source(model) as source:
+        for fmt, dest in dests.items():
+            if fmt == "ct2":
+                r = export_ct2(source, dest, quantization=quantization, overwrite=True)
+                _copy_card(card_from, dest)
+                written.append(Written("ct2", dest, model.spec, r.size_mb))
+                continue
+            kwargs = {"dtype": ggml_dtype} if fmt == "ggml" else {}
+            with _aside(dest) as work:
+                writer(fmt)(Path(source.path_or_id), work, **kwargs)
+                _copy_card(card_from, work)
+            written.append(Written(fmt, dest, model.spec, _size_mb(dest)))
+    return written
+
+
+@contextlib.contextmanager
+def merged_source(model) -> Iterator:
+    """The model as a plain transformers folder: a LoRA adapter merged into its base in a
+    temporary folder (removed afterwards); checked for NaN/Inf weights."""
+    from fitwhisper.models.ct2_export import refuse_nonfinite
+    from fitwhisper.models.resolve import ResolvedModel, resolve_model
+
+    if model.kind == "hub":  # a Hub id: from the Hub cache, as a folder
+        from huggingface_hub import snapshot_download
+
+        model = ResolvedModel(model.spec, "transformers_dir", Path(snapshot_download(model.spec)))
+    if model.adapter is None:
+        refuse_nonfinite(Path(model.path_or_id), model.spec)
+        yield model
+        return
+    from fitwhisper.models.merge import merge_adapter
+
+    with tempfile.TemporaryDirectory(prefix=".fitwhisper-merge-") as tmp:
+        merged = merge_adapter(model, Path(tmp) / "merged").out
+        refuse_nonfinite(Path(merged), model.spec)
+        resolved = resolve_model(merged)
+        yield ResolvedModel(model.spec, resolved.kind, resolved.path_or_id)
+
+
+def transcribe_with(fmt: str, dest: Path, audios: list[np.ndarray], **kwargs) -> list[dict]:
+    return runner(fmt)(Path(dest), audios, **kwargs)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _clear(dest: Path, overwrite: bool) -> None:
+    if dest.exists() and any(dest.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
+        shutil.rmtree(dest)
+
+
+@contextlib.contextmanager
+def _aside(dest: Path) -> Iterator[Path]:
+    """A temporary sibling of `dest`, renamed to `dest` when the block succeeds."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        yield work
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(work, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _copy_card(source: Path, dest: Path) -> None:
+    """The source's model card and run record travel with every export."""
+    for name in ("README.md", "fitwhisper.yaml"):
+        if (source / name).is_file() and not (dest / name).exists():
+            shutil.copyfile(source / name, dest / name)
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+
+
+def export_info(dest: Path) -> dict:
+    """What the export recorded about its source (ct2: fitwhisper_export.json)."""
+    try:
+        return json.loads((Path(dest) / "fitwhisper_export.json").read_text())
+    except (OSError, ValueError):
+        return {}

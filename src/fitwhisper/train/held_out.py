@@ -1,0 +1,40 @@
+"""The held-out clips scored by generation: before training (RUN/eval/before/, the base's
+figure the model card compares with) and after (RUN/eval/, the run's metrics.json).
+
+Both on the 30 s windows every inference engine feeds a model, also after trimmed training
+(`fitwhisper evaluate --encoder_window short` scores the short window), with the run's
+expected output script, so the two figures differ by the training alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from fitwhisper.config import EvalConfig, ModelConfig, TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def score_held_out(model, processor, data, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                   out_dir: Path, *, when: str):  # fmt: skip
+    """Score `data.eval_rows` with `model`, write predictions and metrics.json to `out_dir`;
+    `when` names the moment in the log ("before fine-tuning", "final")."""
+    from fitwhisper.chinese_script import expected_script
+    from fitwhisper.evaluate import evaluate_model, scoring_language
+
+    rows = data.eval_rows
+    cfg = EvalConfig(
+        language=scoring_language(rows, data.language),
+        batch_size=train_cfg.per_device_eval_batch_size,
+        generation_max_length=train_cfg.generation_max_length,
+        # The model's own output (no conversion): its script share is the point.
+        expected_script=expected_script(model_cfg.output_script) or "auto",
+        encoder_window="full",
+    )
+    res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
+                         [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip
+    res.write(out_dir)
+    log.info("%s %s on %d held-out clips: %.2f%% (%s)", when, res.score.metric.upper(),
+             len(rows), 100 * res.score.normalized, res.score.normalizer)  # fmt: skip
+    return res
