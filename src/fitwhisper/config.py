@@ -234,6 +234,17 @@ class TrainConfig:
             "and metric; side by side in RUN/eval/regression.json."
         },
     )
+    push_to_hub: bool = field(
+        default=False,
+        metadata={
+            "help": "Upload RUN/final/ (weights, processor, model card) to the Hugging Face Hub "
+            "after training, as --hub_model_id; the Hub is checked before training starts."
+        },
+    )
+    hub_model_id: str | None = field(
+        default=None,
+        metadata={"help": "The Hub repository for --push_to_hub.", "metavar": "OWNER/NAME"},
+    )
     score_before: bool = field(
         default=True,
         metadata={

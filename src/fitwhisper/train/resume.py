@@ -45,6 +45,8 @@ RESUMABLE_CHANGES = frozenset(
         "dataloader_num_workers",
         "per_device_eval_batch_size",
         "score_before",  # scoring, not training
+        "push_to_hub",
+        "hub_model_id",
         "resume",
         "resume_despite_changes",
         "overwrite_output_dir",

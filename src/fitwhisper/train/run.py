@@ -66,6 +66,10 @@ def train(
     model_cfg = _apply_method(model_cfg)
     precision = run_precision(train_cfg.fp16, train_cfg.bf16)
     validate(model_cfg, data_cfg, train_cfg, precision=precision)
+    if train_cfg.push_to_hub:
+        from fitwhisper.train.hub import check_reachable
+
+        check_reachable(train_cfg.hub_model_id)  # before training, not after it
     if train_cfg.deepspeed:
         ranks.alone_as_a_group()  # no launcher: DeepSpeed would look for MPI instead
     ranks.start()  # under torchrun/accelerate launch: join the other processes (ranks.py)
@@ -154,6 +158,10 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
         from fitwhisper.models.card import write_run_card
 
         write_run_card(out, final_dir)  # README.md: the Hub's model card, from the run's files
+        if train_cfg.push_to_hub:
+            from fitwhisper.train.hub import push_final
+
+            push_final(final_dir, train_cfg.hub_model_id)
     best = trainer.state.best_model_checkpoint
     return TrainResult(
         output_dir=out,

@@ -28,6 +28,7 @@ def validate(
         precision: the run's precision, as `train` resolved it (None: resolved here).
     """
     from fitwhisper.data.encoder_cache import option_problems as cache_problems
+    from fitwhisper.train.hub import problems as hub_problems
     from fitwhisper.train.methods import problems as method_problems
     from fitwhisper.train.rows import option_problems as row_problems
     from fitwhisper.train.sharding import problems as deepspeed_problems
@@ -37,6 +38,7 @@ def validate(
     if not train_cfg.train_manifest:
         problems.append("--train_manifest is required")
     problems += _manifest_kind_problems(data_cfg, train_cfg)
+    problems += hub_problems(train_cfg.push_to_hub, train_cfg.hub_model_id)
     problems += problems_here(train_cfg.fp16, train_cfg.bf16)
     if train_cfg.eval_strategy != "no" and not train_cfg.eval_manifest:
         problems.append(f"--eval_strategy {train_cfg.eval_strategy} needs --eval_manifest")
