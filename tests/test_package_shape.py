@@ -23,7 +23,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
-    **dict.fromkeys(("errors", "logs", "config", "precision", "method", "__init__"), 0),
+    **dict.fromkeys(("errors", "logs", "eval_config", "precision", "method", "__init__"), 0),
+    "config": 1,  # re-exports eval_config's EvalConfig
     **dict.fromkeys(("scoring", "codeswitch", "paths"), 1),
     **dict.fromkeys(("chinese_script", "models"), 2),
     **dict.fromkeys(("data", "memory"), 3),

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ class Format:
     engine: str  # the runtime that loads it, as its users know it
     loads_with: str  # one line a user copies
     module: str  # defines write_<name> and transcribe_<name>
-    package: str  # the PyPI distribution its engine needs
+    needs: tuple[str, ...]  # modules that writing and running it import
 
 
 FORMATS: dict[str, Format] = {
@@ -42,30 +43,30 @@ FORMATS: dict[str, Format] = {
         Format(
             "ct2",
             "faster-whisper (CTranslate2)",
-            "faster_whisper.WhisperModel(OUT)",
+            "faster_whisper.WhisperModel('OUT')",
             "fitwhisper.export.ct2",
-            "faster-whisper",
+            ("ctranslate2", "faster_whisper"),
         ),
         Format(
             "ggml",
             "whisper.cpp (pywhispercpp)",
             "whisper-cli -m OUT/ggml-model.bin",
             "fitwhisper.export.ggml",
-            "pywhispercpp",
+            ("pywhispercpp",),
         ),
         Format(
             "onnx",
             "onnxruntime",
-            "onnxruntime.InferenceSession(OUT/encoder_model.onnx)",
+            "onnxruntime.InferenceSession('OUT/encoder_model.onnx')",
             "fitwhisper.export.onnx_format",
-            "onnxruntime",
+            ("onnx", "onnxscript", "onnxruntime"),
         ),
         Format(
             "openai",
             "openai-whisper",
             "whisper.load_model('OUT/model.pt')",
             "fitwhisper.export.openai_format",
-            "openai-whisper",
+            ("whisper",),
         ),
     )  # fmt: skip
 }
@@ -105,7 +106,16 @@ def check_formats(formats: Sequence[str]) -> list[str]:
         raise ConfigError(
             f"unknown --format {', '.join(unknown)}", hint="use " + ", ".join(FORMATS)
         )
-    return list(dict.fromkeys(formats)) or ["ct2"]
+    formats = list(dict.fromkeys(formats)) or ["ct2"]
+    missing = {f: m for f in formats for m in FORMATS[f].needs if find_spec(m) is None}
+    if missing:
+        listed = ", ".join(f"{f} needs {m}" for f, m in missing.items())
+        extra = "ct2" if set(missing) == {"ct2"} else "export"
+        raise ConfigError(
+            f"--format: {listed}, which is not installed",
+            hint=f"pip install 'fitwhisper[{extra}]' (each format is checked in its own engine)",
+        )
+    return formats
 
 
 def export_formats(

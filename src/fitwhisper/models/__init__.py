@@ -8,4 +8,5 @@
 - `presets`: per-model defaults (Breeze-ASR-25: zh, Traditional output)
 - `generation`: language and task in a model's generation config
 - `short_window`: an encoder that takes input shorter than 30 s
+- `card`: the model card (README.md, the Hub's format) from a run folder's own files
 """

@@ -11,6 +11,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `methods`: full fine-tuning, LoRA, LoRA on an 8-bit or 4-bit base
 - `rows`: checked rows, output script, language tokens, rehearsal, data_report.json
 - `regression`: the forgetting guard, scored before and after training
+- `held_out`: the held-out clips scored by generation, before training and after
+- `hub`: `--push_to_hub`, final/ uploaded, the Hub checked before training
 - `checkpoints`: checkpoint folders written whole (fsynced, then marked with their files'
   sizes), judged by their contents, rotated without losing the last whole one
 - `resume`: which checkpoint to continue from, refusing a changed run, the run folder on
@@ -30,9 +32,11 @@ The run folder:
     RUN/trainer_state.json  the whole run's log history and best checkpoint
     RUN/final/            model + processor + generation config (from_pretrained-ready);
                           for LoRA runs the adapter, with processor and generation config;
+                          README.md, the model card (models/card.py), and the run record;
                           written as RUN/final.partial/ and renamed when whole
     RUN/.fitwhisper.lock  while a run is going: its process id
     RUN/eval/             predictions.jsonl and metrics.json of the final model;
+                          before/: the same with the starting weights (--score_before);
                           regression.json: --regression_manifest before and after
     RUN/logs/             TensorBoard events
 """
