@@ -6,7 +6,7 @@ VENV ?= .venv
 # e.g. `make TORCH=torch==2.13.0 TORCH_INDEX=https://download.pytorch.org/whl/cu128 setup`.
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
-EXTRAS ?= offline-models,ct2,demo,dev
+EXTRAS ?= offline-models,ct2,export,demo,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 

@@ -12,7 +12,7 @@ from fitwhisper.scoring import OPENCC_CONFIGS
 
 # OpenCC's tables as a Literal, so the flag's choices come from the field's type.
 OpenCCConfig = Literal[OPENCC_CONFIGS]  # type: ignore[valid-type]
-GgmlType = Literal["f16", "f32"]
+GgmlType = Literal["f16", "f32", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,11 @@ class ExportArgs:
     )
     ggml_dtype: GgmlType = field(
         default="f16",
-        metadata={"help": "ggml weight type: f16 (whisper.cpp's converter's default) or f32."},
+        metadata={
+            "help": "ggml weight type: f16 (whisper.cpp's converter's default), f32, or "
+            "quantised by ggml's own quantiser (the library inside pywhispercpp's wheel, "
+            "whisper.cpp's quantize tool's rules): q8_0, q5_0, q5_1, q4_0, q4_1."
+        },
     )
     manifest: str | None = field(
         default=None,

@@ -5,7 +5,8 @@
 - `formats`: the formats, their engines, and `export_formats` (LoRA merged once, each
   format written aside and renamed into place)
 - `ct2`, `ggml`, `onnx_format`, `openai_format`: each writes its format
-  (`write_<format>`) and runs it in its own engine (`transcribe_<format>`)
+  (`write_<format>`) and runs it in its own engine (`transcribe_<format>`; for ggml in
+  `ggml_run`, with ggml's quantiser in `ggml_quant`; for onnx in `onnx_run`)
 - `rescoring`: `rescore`, the source and its exports on the same rows and a long file,
   scored as `fitwhisper evaluate` scores
 - `card`: the model card's Exports section

@@ -33,7 +33,8 @@ class Format:
     name: str
     engine: str  # the runtime that loads it, as its users know it
     loads_with: str  # one line a user copies
-    module: str  # defines write_<name> and transcribe_<name>
+    module: str  # defines write_<name>
+    runs_in: str  # defines transcribe_<name>
     needs: tuple[str, ...]  # modules that writing and running it import
 
 
@@ -45,6 +46,7 @@ FORMATS: dict[str, Format] = {
             "faster-whisper (CTranslate2)",
             "faster_whisper.WhisperModel('OUT')",
             "fitwhisper.export.ct2",
+            "fitwhisper.export.ct2",
             ("ctranslate2", "faster_whisper"),
         ),
         Format(
@@ -52,6 +54,7 @@ FORMATS: dict[str, Format] = {
             "whisper.cpp (pywhispercpp)",
             "whisper-cli -m OUT/ggml-model.bin",
             "fitwhisper.export.ggml",
+            "fitwhisper.export.ggml_run",
             ("pywhispercpp",),
         ),
         Format(
@@ -59,12 +62,14 @@ FORMATS: dict[str, Format] = {
             "onnxruntime",
             "onnxruntime.InferenceSession('OUT/encoder_model.onnx')",
             "fitwhisper.export.onnx_format",
+            "fitwhisper.export.onnx_run",
             ("onnx", "onnxscript", "onnxruntime"),
         ),
         Format(
             "openai",
             "openai-whisper",
             "whisper.load_model('OUT/model.pt')",
+            "fitwhisper.export.openai_format",
             "fitwhisper.export.openai_format",
             ("whisper",),
         ),
@@ -89,7 +94,7 @@ def writer(fmt: str):
 def runner(fmt: str):
     """`transcribe_<fmt>(dest, audios, *, language, task, timestamps) -> [{"text",
     "language", "segments"}]`: the format run in its own engine."""
-    return getattr(importlib.import_module(FORMATS[fmt].module), f"transcribe_{fmt}")
+    return getattr(importlib.import_module(FORMATS[fmt].runs_in), f"transcribe_{fmt}")
 
 
 def destinations(out: Path, formats: Sequence[str]) -> dict[str, Path]:

@@ -11,6 +11,7 @@ rate, its segment count, and whether its times run forward inside the file.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +47,12 @@ class Scored:
     seconds: float
     long_file: LongFile | None = None
     folder: str | None = None
+    languages: dict[str, int] | None = None  # the language each clip was decoded in
 
     def as_dict(self) -> dict:
         out = {"engine": self.engine, **self.score.as_dict(), "seconds": self.seconds}
+        if self.languages is not None:
+            out["languages"] = self.languages
         if self.folder:
             out["folder"] = self.folder
         if self.long_file is not None:
@@ -173,7 +177,8 @@ def rescore(
         if long_file:
             (o,) = run(Path(folder), [long_audio], language=language, timestamps=True)
             lf = judge(o["text"], o["segments"])
-        scored.append(Scored(fmt, FORMATS[fmt].engine, s, seconds, lf, str(folder)))
+        langs = dict(Counter(str(o.get("language")) for o in outs))
+        scored.append(Scored(fmt, FORMATS[fmt].engine, s, seconds, lf, str(folder), langs))
     return Rescore(source, scored, len(rows), duration if long_file else 0.0,
                    n_long if long_file else 0)  # fmt: skip
 

@@ -1,0 +1,105 @@
+"""Acceptance: a real model fine-tuned on real speech, exported to every format and run in
+each format's own engine (faster-whisper, whisper.cpp, onnxruntime, openai-whisper) on
+held-out clips: each scores within a point of its source, keeps the fine-tune's language
+when given none, and writes timestamps on a long file; the same for a LoRA run, exported
+without a manual merge. Full precision exports (float32 CTranslate2, f32 ggml), so a
+difference is the conversion's and the engine's, not the weight type's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.test_finetune_digits import make_digit_strings
+
+from fitwhisper.cli import main
+
+pytestmark = pytest.mark.slow
+
+ALL = "ct2,ggml,onnx,openai"
+FULL_PRECISION = ["--quantization", "float32", "--ggml_dtype", "f32"]
+
+
+def _sentences(shared_data: Path, start: int, n: int, path: Path) -> Path:
+    folder = shared_data / "aishell-s0150"
+    rows = [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines()]
+    picked = [r for r in rows if r["kind"] == "sentence"][start : start + n]
+    path.write_text("".join(
+        json.dumps({"audio": str(folder / r["audio"]), "text": r["text"]}, ensure_ascii=False)
+        + "\n" for r in picked
+    ))  # fmt: skip
+    return path
+
+
+def _check(report: dict, *, language: str, tolerance: float = 0.01) -> None:
+    m = report["metric"]
+    assert 0.0 < report["source"][m] < 0.6  # real transcripts, not empty ones
+    assert report["source"]["long_file"]["times_ok"]
+    for fmt in ALL.split(","):
+        r = report["formats"][fmt]
+        print(f"{fmt:7} {m} {100 * r[m]:6.2f}% ({100 * r['difference'][m]:+.2f}), "
+              f"long file {100 * r['long_file'][m]:.2f}%, {r['long_file']['segments']} segments, "
+              f"{r['seconds']:.1f} s, languages {r['languages']}")  # fmt: skip
+        assert abs(r["difference"][m]) <= tolerance, fmt
+        assert r["languages"] == {language: report["rows"]}, fmt  # kept with no --language
+        assert r["long_file"]["times_ok"], fmt
+        # The long file's text as close to the source's as the clips' are, give or take.
+        assert abs(r["long_file"][m] - report["source"]["long_file"][m]) <= 0.05, fmt
+
+
+def test_a_mandarin_fine_tune_runs_in_every_engine_as_its_source(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from huggingface_hub import ModelCard
+
+    train = _sentences(shared_data, 0, 16, tmp_path / "train.jsonl")
+    held_out = _sentences(shared_data, 300, 10, tmp_path / "held_out.jsonl")
+    run = tmp_path / "run"
+    code = main(
+        ["train", "--model", "offline/base", "--language", "zh", "--train_manifest", str(train),
+         "--eval_manifest", str(held_out), "--output_dir", str(run), "--max_steps", "2",
+         "--per_device_train_batch_size", "8", "--learning_rate", "1e-5",
+         "--save_strategy", "no", "--report_to", "none", "--seed", "0"]
+    )  # fmt: skip
+    assert code == 0
+    out = tmp_path / "exports"
+    # No --language: each engine must take Mandarin from what the export carries.
+    code = main(["export", str(run), str(out), "--format", ALL, *FULL_PRECISION,
+                 "--manifest", str(held_out)])  # fmt: skip
+    assert code == 0
+    report = json.loads((out / "export_report.json").read_text())
+    with capsys.disabled():
+        print(f"\n{capsys.readouterr().out}")
+        _check(report, language="zh")
+    # The model card came from the run (its metrics) and got the export table.
+    card = ModelCard.load(out / "onnx" / "README.md")
+    metrics = json.loads((run / "eval" / "metrics.json").read_text())
+    assert card.data.eval_results[0].metric_value == round(100 * metrics["cer"], 2)
+    assert card.data.language == ["zh"] and "| ggml | whisper.cpp" in card.text
+
+
+def test_a_lora_run_exports_without_a_manual_merge(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_digit_strings(shared_data / "fsdd-train", tmp_path / "digits", n_train=16,
+                              n_eval=8)  # fmt: skip
+    run = tmp_path / "lora"
+    code = main(
+        ["train", "--model", "offline/tiny.en", "--use_lora", "--train_manifest",
+         str(data.train_manifest), "--output_dir", str(run), "--max_steps", "3",
+         "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
+         "--save_strategy", "no", "--report_to", "none", "--seed", "0"]
+    )  # fmt: skip
+    assert code == 0
+    assert (run / "final" / "adapter_config.json").is_file()  # an adapter, not a full model
+    out = tmp_path / "exports"
+    code = main(["export", str(run / "final"), str(out), "--format", ALL, *FULL_PRECISION,
+                 "--manifest", str(data.eval_manifest)])  # fmt: skip
+    assert code == 0
+    report = json.loads((out / "export_report.json").read_text())
+    with capsys.disabled():
+        print(f"\n{capsys.readouterr().out}")
+        # 8 digit strings, each one word to Whisper's English normaliser: one clip is
+        # 12.5 points, so "within a point" means every clip as the source has it.
+        _check(report, language="en")
