@@ -1,30 +1,37 @@
 """Acceptance: a real model fine-tuned on real speech, exported to every format and run in
 each format's own engine (faster-whisper, whisper.cpp, onnxruntime, openai-whisper) on
 held-out clips: each scores within a point of its source, keeps the fine-tune's language
-when given none, and writes timestamps on a long file; the same for a LoRA run, exported
-without a manual merge. Full precision exports (float32 CTranslate2, f32 ggml), so a
-difference is the conversion's and the engine's, not the weight type's."""
+when given none, and writes timestamps on a long file; the same for a LoRA run (Mandarin
+too), exported without a manual merge. Full precision where the engine runs it (float32
+CTranslate2; ggml at f16, whisper.cpp's own type): a difference is the conversion's and the
+engine's."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from tests.test_finetune_digits import make_digit_strings
 
 from fitwhisper.cli import main
 
 pytestmark = pytest.mark.slow
 
 ALL = "ct2,ggml,onnx,openai"
-FULL_PRECISION = ["--quantization", "float32", "--ggml_dtype", "f32"]
+# ggml stays f16 (see cli/export.py); t2s: base writes either script, as evaluate's docs say.
+SCORING = ["--quantization", "float32", "--opencc", "t2s"]
 
 
 def _sentences(shared_data: Path, start: int, n: int, path: Path) -> Path:
+    """n AISHELL sentences from the start-th on, leaving out those with spelled-out Latin
+    letters ("H A N N A H"): they send offline/base into a repetition loop whose length
+    differs between engines by chance (measured: 223 characters in one engine, 17 in
+    another, on the same clip), which scores the loop, not the conversion."""
     folder = shared_data / "aishell-s0150"
     rows = [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines()]
-    picked = [r for r in rows if r["kind"] == "sentence"][start : start + n]
+    sentences = [r for r in rows if r["kind"] == "sentence"][start:]
+    picked = [r for r in sentences if not re.search("[A-Za-z]", r["text"])][:n]
     path.write_text("".join(
         json.dumps({"audio": str(folder / r["audio"]), "text": r["text"]}, ensure_ascii=False)
         + "\n" for r in picked
@@ -54,7 +61,7 @@ def test_a_mandarin_fine_tune_runs_in_every_engine_as_its_source(
     from huggingface_hub import ModelCard
 
     train = _sentences(shared_data, 0, 16, tmp_path / "train.jsonl")
-    held_out = _sentences(shared_data, 300, 10, tmp_path / "held_out.jsonl")
+    held_out = _sentences(shared_data, 300, 24, tmp_path / "held_out.jsonl")
     run = tmp_path / "run"
     code = main(
         ["train", "--model", "offline/base", "--language", "zh", "--train_manifest", str(train),
@@ -65,7 +72,7 @@ def test_a_mandarin_fine_tune_runs_in_every_engine_as_its_source(
     assert code == 0
     out = tmp_path / "exports"
     # No --language: each engine must take Mandarin from what the export carries.
-    code = main(["export", str(run), str(out), "--format", ALL, *FULL_PRECISION,
+    code = main(["export", str(run), str(out), "--format", ALL, *SCORING,
                  "--manifest", str(held_out)])  # fmt: skip
     assert code == 0
     report = json.loads((out / "export_report.json").read_text())
@@ -82,24 +89,22 @@ def test_a_mandarin_fine_tune_runs_in_every_engine_as_its_source(
 def test_a_lora_run_exports_without_a_manual_merge(
     shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = make_digit_strings(shared_data / "fsdd-train", tmp_path / "digits", n_train=16,
-                              n_eval=8)  # fmt: skip
+    train = _sentences(shared_data, 0, 16, tmp_path / "train.jsonl")
+    held_out = _sentences(shared_data, 300, 24, tmp_path / "held_out.jsonl")
     run = tmp_path / "lora"
     code = main(
-        ["train", "--model", "offline/tiny.en", "--use_lora", "--train_manifest",
-         str(data.train_manifest), "--output_dir", str(run), "--max_steps", "3",
-         "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
+        ["train", "--model", "offline/base", "--use_lora", "--language", "zh",
+         "--train_manifest", str(train), "--output_dir", str(run), "--max_steps", "3",
+         "--per_device_train_batch_size", "8", "--learning_rate", "1e-4",
          "--save_strategy", "no", "--report_to", "none", "--seed", "0"]
     )  # fmt: skip
     assert code == 0
     assert (run / "final" / "adapter_config.json").is_file()  # an adapter, not a full model
     out = tmp_path / "exports"
-    code = main(["export", str(run / "final"), str(out), "--format", ALL, *FULL_PRECISION,
-                 "--manifest", str(data.eval_manifest)])  # fmt: skip
+    code = main(["export", str(run / "final"), str(out), "--format", ALL, *SCORING,
+                 "--manifest", str(held_out)])  # fmt: skip
     assert code == 0
     report = json.loads((out / "export_report.json").read_text())
     with capsys.disabled():
         print(f"\n{capsys.readouterr().out}")
-        # 8 digit strings, each one word to Whisper's English normaliser: one clip is
-        # 12.5 points, so "within a point" means every clip as the source has it.
-        _check(report, language="en")
+        _check(report, language="zh")

@@ -189,8 +189,8 @@ def test_language_and_task_options(exported):
     _, en_dest, _ = exported["english"]
     with pytest.raises(ConfigError, match="language 'zh' was asked for, but this model is English"):
         transcribe_onnx(en_dest, clip, language="zh")
-    with pytest.raises(DataError, match=r"audio 0 is 31\.0 s"):
-        transcribe_onnx(dest, [np.zeros(31 * 16_000, np.float32)], language="en")
+    with pytest.raises(DataError, match=r"audio 0 has shape \(2, 16000\)"):
+        transcribe_onnx(dest, [np.zeros((2, 16_000), np.float32)], language="en")
 
 
 def test_not_a_whisper_model_is_a_config_error(tmp_path, tiny_whisper_dir):
@@ -344,3 +344,40 @@ def test_base_timestamps_equal_transformers(base_zh, shared_data):
     ]
     assert segments == want
     assert got["text"] == "".join(s["text"] for s in segments)
+
+
+@pytest.mark.slow
+def test_base_long_file_seeks_like_transformers(base_zh, shared_data):
+    """A ~60 s file (two windows and a seam): segments in order inside the file, the
+    language recorded, and text as close to transformers' sequential long-form as clips are
+    (the windows start where each one's last whole segment ended)."""
+    import jiwer
+    from transformers import WhisperProcessor
+
+    src, dest = base_zh
+    pause = np.zeros(16_000, np.float32)
+    clips = _aishell(shared_data, 12)
+    audio = np.concatenate([x for c in clips for x in (c, pause)])
+    assert 45 < len(audio) / 16_000 < 90
+    got = transcribe_onnx(dest, [audio], language=None, timestamps=True)[0]
+    segments = got["segments"]
+    assert got["language"] == "zh" and len(segments) >= 6
+    for a, b in zip(segments, segments[1:], strict=False):
+        assert a["start"] <= a["end"] <= b["start"] + 0.02, (a, b)
+    assert segments[-1]["end"] <= len(audio) / 16_000 + 0.5
+    assert segments[-1]["start"] > 30  # past the first window: it sought on
+
+    model, proc = _model(src), WhisperProcessor.from_pretrained(src)
+    feats = proc.feature_extractor([audio], sampling_rate=16_000, return_tensors="pt",
+                                   truncation=False, padding="longest",
+                                   return_attention_mask=True)  # fmt: skip
+    with torch.no_grad():
+        out = model.generate(feats.input_features, attention_mask=feats.attention_mask,
+                             return_timestamps=True, condition_on_prev_tokens=False)  # fmt: skip
+    want = proc.batch_decode(out, skip_special_tokens=True)[0].replace(" ", "")
+    assert jiwer.cer(want, got["text"].replace(" ", "")) < 0.05, (want, got["text"])
+    # Without timestamps: the same text, one segment spanning the file.
+    plain = transcribe_onnx(dest, [audio], language=None)[0]
+    assert plain["text"] == got["text"]
+    end = round(len(audio) / 16_000, 3)
+    assert plain["segments"] == [{"start": 0.0, "end": end, "text": got["text"]}]

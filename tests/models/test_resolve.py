@@ -201,3 +201,21 @@ def test_run_whose_final_model_was_cut_short(
     assert main(["transcribe", "--model", str(run), str(clip)]) == 1
     err = capsys.readouterr().err
     assert "final.partial is unfinished" in err and "fitwhisper train --resume" in err
+
+
+def test_recorded_language_is_the_fine_tunes(tmp_path, tiny_multilingual_dir, tiny_whisper_dir):
+    """What export's re-scoring prompts the source with when given no language."""
+    import json
+    import shutil
+
+    from fitwhisper.models.resolve import recorded_language
+
+    assert recorded_language(str(tiny_multilingual_dir)) is None  # a base model: none
+    tuned = tmp_path / "tuned"
+    shutil.copytree(tiny_multilingual_dir, tuned)
+    gen = json.loads((tuned / "generation_config.json").read_text())
+    (tuned / "generation_config.json").write_text(json.dumps(gen | {"language": "zh"}))
+    assert recorded_language(str(tuned)) == "zh"
+    assert recorded_language(str(tiny_whisper_dir)) is None  # English-only: no token
+    (tuned / "generation_config.json").unlink()
+    assert recorded_language(str(tuned)) is None

@@ -12,7 +12,9 @@ from fitwhisper.scoring import OPENCC_CONFIGS
 
 # OpenCC's tables as a Literal, so the flag's choices come from the field's type.
 OpenCCConfig = Literal[OPENCC_CONFIGS]  # type: ignore[valid-type]
-GgmlType = Literal["f16", "f32", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1"]
+# No f32: whisper.cpp (1.8, pywhispercpp 1.5) aborts the process on an f32 file, whose conv
+# kernels its CPU im2col cannot take (ggml-org/whisper.cpp#2557).
+GgmlType = Literal["f16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class ExportArgs:
     ggml_dtype: GgmlType = field(
         default="f16",
         metadata={
-            "help": "ggml weight type: f16 (whisper.cpp's converter's default), f32, or "
+            "help": "ggml weight type: f16 (whisper.cpp's converter's default; f32 is not "
+            "offered: whisper.cpp's CPU build aborts on it), or "
             "quantised by ggml's own quantiser (the library inside pywhispercpp's wheel, "
             "whisper.cpp's quantize tool's rules): q8_0, q5_0, q5_1, q4_0, q4_1."
         },

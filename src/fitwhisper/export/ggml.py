@@ -26,8 +26,10 @@ heads, max_length), an untied output projection (whisper.cpp reuses the token em
 such a model is refused), unmerged LoRA adapters (merge first), and any added tokens
 beyond Whisper's own layout (refused).
 
-dtype: "f32"; "f16" (whisper.cpp's default: 2-D weights and conv kernels f16, biases, norms
-and position tables f32); or whisper.cpp's integer quantisations "q8_0", "q5_0", "q5_1",
+dtype: "f32" (the converter's layout, for inspection: whisper.cpp 1.8's CPU convolution
+aborts on f32 kernels, ggml-org/whisper.cpp#2557, so the CLI does not offer it); "f16"
+(whisper.cpp's default: 2-D weights and conv kernels f16, biases, norms and position tables
+f32); or whisper.cpp's integer quantisations "q8_0", "q5_0", "q5_1",
 "q4_0", "q4_1" (its `quantize` tool's rules: every 2-D weight but the position tables).
 Quantising calls `ggml_quantize_chunk` in the libggml-base that pywhispercpp's wheel ships,
 so the blocks are byte-for-byte ggml's; there is no quantiser on PyPI otherwise.

@@ -24,6 +24,8 @@ up to 3000 (adding the first frames/2 position rows, as `models.short_window` do
 frames is exactly transformers' encoder. The decoder's token embedding and layers are in
 both decoder graphs (optimum's non-merged layout duplicates them too).
 
+Why not optimum's exporter: the newest optimum-onnx on PyPI (0.1.0) requires
+transformers<4.58 and optimum~=2.1, so it cannot be installed beside transformers 5.
 Graphs come from torch's dynamo exporter (`torch.onnx.export(dynamo=True)`, onnxscript),
 run on small wrappers around transformers' modules: the encoder's own layers, and the
 decoder's projections, norms and MLPs with the cache handled as plain tensors, so no

@@ -2,7 +2,9 @@
 batch, then the decoder with past key values, greedy, with the generation config's
 suppress lists and timestamp rules applied as transformers applies them; the fine-tune's
 language from its generation config when none is given, else detected from the
-language-token logits."""
+language-token logits. Audio over 30 s is read by Whisper's sequential algorithm (seek to the
+last whole segment's end, window after window), greedy, without conditioning on the previous
+window's text and without temperature fallback."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from fitwhisper.export.onnx_format import (
 
 log = logging.getLogger(__name__)
 
+WINDOW_SAMPLES = 30 * SAMPLE_RATE_HZ  # one encoder window
+
 
 def transcribe_onnx(
     dest: Path,
@@ -36,15 +40,17 @@ def transcribe_onnx(
     timestamps: bool = False,
     max_new_tokens: int = 224,
 ) -> list[dict]:
-    """Transcribe clips of up to 30 s with an exported folder: onnxruntime, greedy.
+    """Transcribe clips with an exported folder: onnxruntime, greedy.
 
     The folder's feature extractor makes the log-mel input (padded to 30 s), and the
     generation config's `suppress_tokens` (every step) and `begin_suppress_tokens` (first
     step) apply as in transformers' `generate`; with timestamps, its timestamp rules too.
+    Clips over 30 s are decoded one by one, window after window, always with timestamps
+    (they choose where the next window starts); `timestamps` then only shapes the result.
 
     Args:
         dest: a folder written by `write_onnx`.
-        audios: (samples,) float32 arrays, 16 kHz mono, each at most 30 s.
+        audios: (samples,) float32 arrays, 16 kHz mono, of any length.
         language: a code or name ("zh", "chinese"); None: the model's recorded language
             (generation_config.language), else detected per clip from the language-token
             logits; English-only models always use "en".
@@ -58,7 +64,7 @@ def transcribe_onnx(
 
     Raises:
         ConfigError: an unknown or unsupported language or task.
-        DataError: a clip longer than 30 s or not a 1-D array.
+        DataError: a clip that is not a 1-D array.
     """
     # 1. the sessions and processor (cached per folder), prompt settings checked up front
     runner = _runner(Path(dest))
@@ -72,10 +78,12 @@ def transcribe_onnx(
     task_id = runner.task_id(task)
     clips = [_check_clip(i, a) for i, a in enumerate(audios)]
 
-    # 2. per batch: features, encoder, language, greedy decoding
-    results: list[dict] = []
-    for start in range(0, len(clips), BATCH_SIZE):
-        batch = clips[start : start + BATCH_SIZE]
+    # 2. per batch of short clips: features, encoder, language, greedy decoding
+    results: dict[int, dict] = {}
+    short = [i for i, c in enumerate(clips) if c.size <= WINDOW_SAMPLES]
+    for start in range(0, len(short), BATCH_SIZE):
+        index = short[start : start + BATCH_SIZE]
+        batch = [clips[i] for i in index]
         features = runner.features(batch)
         encoded = runner.encoder.run(None, {"input_features": features})[0]
         lang_ids = (
@@ -87,9 +95,16 @@ def transcribe_onnx(
             [runner.prompt(lang, task_id, timestamps) for lang in lang_ids], dtype=np.int64
         )
         tokens = runner.greedy(encoded, prompt, timestamps, max_new_tokens)
-        for clip, lang, toks in zip(batch, lang_ids, tokens, strict=True):
-            results.append(runner.result(toks, lang, len(clip) / SAMPLE_RATE_HZ, timestamps))
-    return results
+        for i, lang, toks in zip(index, lang_ids, tokens, strict=True):
+            results[i] = runner.result(toks, lang, clips[i].size / SAMPLE_RATE_HZ, timestamps)
+
+    # 3. long clips, one at a time: window after window
+    for i in (i for i in range(len(clips)) if i not in results):
+        results[i] = runner.long_clip(clips[i], fixed_language, task_id, max_new_tokens)
+        if not timestamps:
+            end = round(clips[i].size / SAMPLE_RATE_HZ, 3)
+            results[i]["segments"] = [{"start": 0.0, "end": end, "text": results[i]["text"]}]
+    return [results[i] for i in range(len(clips))]
 
 
 def _check_clip(i: int, audio) -> np.ndarray:
@@ -97,13 +112,6 @@ def _check_clip(i: int, audio) -> np.ndarray:
     if a.ndim != 1:
         raise DataError(
             f"audio {i} has shape {a.shape}; expected (samples,)", hint="pass mono 16 kHz arrays"
-        )
-    if a.size > 30 * SAMPLE_RATE_HZ:
-        raise DataError(
-            f"audio {i} is {a.size / SAMPLE_RATE_HZ:.1f} s; transcribe_onnx decodes one 30 s "
-            "window per clip",
-            hint="cut it into pieces of at most 30 s (`fitwhisper transcribe` seeks through "
-            "long audio)",
         )
     return a
 
@@ -283,6 +291,56 @@ class _Runner:
         logprobs = _log_softmax(scores)
         if _logsumexp(logprobs[tb:]) > logprobs[:tb].max():
             scores[:tb] = -np.inf
+
+    # long audio --------------------------------------------------------------------------
+
+    def long_clip(self, audio: np.ndarray, lang: int | None, task: int | None, limit: int):
+        """openai-whisper's sequential algorithm, greedy: decode a 30 s window with
+        timestamps; if it ends inside a segment, the next window starts at the last closed
+        segment's end, else after the window. The language is detected on the first
+        window when neither asked for nor recorded."""
+        tb, precision = self.ts_begin, self.time_precision
+        samples_per_step = round(precision * SAMPLE_RATE_HZ)  # 320: one timestamp step
+        segments: list[dict] = []
+        seek = 0
+        while seek < audio.size:
+            window = audio[seek : seek + WINDOW_SAMPLES]
+            encoded = self.encoder.run(None, {"input_features": self.features([window])})[0]
+            if lang is None and self.multilingual:
+                (lang,) = self.detect_language(encoded)
+            prompt = np.array([self.prompt(lang, task, True)], dtype=np.int64)
+            (tokens,) = self.greedy(encoded, prompt, True, limit)
+            offset = seek / SAMPLE_RATE_HZ
+            is_ts = [t >= tb for t in tokens]
+            ends_closed = is_ts[-2:] == [False, True]  # text then a lone timestamp
+            cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+            if cuts:
+                cuts += [len(tokens)] if ends_closed else []
+                for begin, cut in zip([0, *cuts], cuts, strict=False):
+                    self._add(segments, tokens[begin:cut], offset)
+                step = (tokens[cuts[-1] - 1] - tb) * samples_per_step
+                seek += window.size if ends_closed or step <= 0 else step
+            else:
+                stamps = [t for t in tokens if t >= tb]
+                last = (stamps[-1] - tb) * precision if stamps and stamps[-1] > tb else None
+                end = offset + (last if last is not None else window.size / SAMPLE_RATE_HZ)
+                if text := self._decode([t for t in tokens if t < tb]):
+                    segments.append({"start": round(offset, 2), "end": round(end, 2),
+                                     "text": text})  # fmt: skip
+                seek += window.size
+        language = self.lang_of.get(lang, "en") if lang is not None else "en"
+        text = " ".join(s["text"] for s in segments)
+        return {"text": text, "language": language, "segments": segments}
+
+    def _add(self, segments: list[dict], part: list[int], offset: float) -> None:
+        """One <|t0|> text <|t1|> slice as a segment, in the file's time."""
+        tb = self.ts_begin
+        stamps = [t for t in part if t >= tb]
+        if not stamps or not (text := self._decode([t for t in part if t < tb])):
+            return
+        start = offset + (stamps[0] - tb) * self.time_precision
+        end = offset + (stamps[-1] - tb) * self.time_precision
+        segments.append({"start": round(start, 2), "end": round(end, 2), "text": text})
 
     # output ------------------------------------------------------------------------------
 

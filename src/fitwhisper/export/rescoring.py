@@ -131,7 +131,9 @@ def rescore(
     long_file: bool = True,
 ) -> Rescore:
     """Score the source and each export (format -> folder) on the same manifest rows;
-    `opencc` converts both sides' script before scoring, as `evaluate --opencc` does."""
+    `opencc` converts both sides' script before scoring, as `evaluate --opencc` does.
+    `language` None: each export's engine uses the language its files record, and the
+    source (and the metric) the one its generation config records."""
     import dataclasses
 
     from fitwhisper.config import EvalConfig
@@ -139,20 +141,26 @@ def rescore(
     from fitwhisper.data.usable import usable_rows
     from fitwhisper.evaluate import evaluate_rows, scorer_for, scoring_language
     from fitwhisper.export.formats import FORMATS, runner
-    from fitwhisper.models.resolve import as_resolved, load_processor
+    from fitwhisper.models.resolve import as_resolved, load_processor, recorded_language
     from fitwhisper.scoring import score
 
     # One check of the rows, one scorer: every model sees the same clips, scored alike.
     source_model = as_resolved(source_spec)
     processor = load_processor(source_model)
+    # No language given: the source is prompted with the fine-tune's recorded one (as its
+    # exports' engines find it in their own files, which is checked: they get no language)
+    # and it picks the metric (CER for a Mandarin fine-tune).
+    source_language = language or recorded_language(source_model)
     rows = usable_rows(
         manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
     ).rows
-    cfg = EvalConfig(language=language, batch_size=batch_size, opencc=opencc)
+    cfg = EvalConfig(language=source_language, batch_size=batch_size, opencc=opencc)
     t0 = time.perf_counter()
     source_res = evaluate_rows(source_model, processor, rows, cfg)
     source_s = time.perf_counter() - t0
-    metric, norm = scorer_for(dataclasses.replace(cfg, language=scoring_language(rows, language)))
+    metric, norm = scorer_for(
+        dataclasses.replace(cfg, language=scoring_language(rows, source_language))
+    )
     audios = [load_audio(r.audio) for r in rows]
     long_audio, long_ref, n_long = _long_file(audios, [r.text for r in rows])
     duration = len(long_audio) / SAMPLE_RATE
@@ -163,7 +171,7 @@ def rescore(
 
     source_long = None
     if long_file:
-        text, segments = _source_long_file(source_model, long_audio, language)
+        text, segments = _source_long_file(source_model, long_audio, source_language)
         source_long = judge(text, segments)
     source = Scored("source", "transformers", source_res.score, source_s, source_long)
     scored = []

@@ -166,6 +166,24 @@ def load_model(spec: str | Path | ResolvedModel, **kwargs):
     return model
 
 
+def recorded_language(spec: str | Path | ResolvedModel) -> str | None:
+    """The language a model's generation config records (a fine-tune's, e.g. "zh"; the
+    adapter folder's for a LoRA run), or None: none recorded, or English-only."""
+    from transformers import GenerationConfig
+
+    resolved = as_resolved(spec)
+    if resolved.adapter is not None and (resolved.adapter / "generation_config.json").is_file():
+        gen = GenerationConfig.from_pretrained(resolved.adapter)
+    else:
+        try:
+            gen = _from_pretrained(GenerationConfig, resolved)
+        except (OSError, ModelLoadError):  # no generation_config.json: nothing recorded
+            return None
+    if not getattr(gen, "is_multilingual", False) or not getattr(gen, "language", None):
+        return None
+    return str(gen.language).strip("<|>")
+
+
 # --- helpers ------------------------------------------------------------------------------
 
 
