@@ -97,3 +97,17 @@ def test_undecodable_file_names_it_and_both_decoders(tmp_path):
     assert f"cannot decode audio {bad}" in e.value.message
     assert "soundfile said" in e.value.message and "FFmpeg said" in e.value.message
     assert "ffmpeg -i" in e.value.hint
+
+
+def test_short_clips_are_padded_with_silence_as_in_training():
+    import numpy as np
+
+    from fitwhisper.data.audio import padded_like_training
+
+    clip = np.linspace(-0.5, 0.5, 3 * 16_000, dtype=np.float32)
+    padded = padded_like_training(clip)
+    assert padded.shape == (30 * 16_000,) and padded.dtype == np.float32
+    np.testing.assert_array_equal(padded[: clip.size], clip)
+    assert not padded[clip.size :].any()
+    long = np.ones(31 * 16_000, np.float32)
+    assert padded_like_training(long) is long  # a long file seeks window by window itself

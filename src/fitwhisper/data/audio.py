@@ -76,6 +76,20 @@ class InMemoryAudio:
 AudioSource = str | os.PathLike | InMemoryAudio
 
 
+def padded_like_training(audio: np.ndarray, window_s: int = 30) -> np.ndarray:
+    """A clip shorter than one window with silence appended up to it, as transformers'
+    feature extractor pads every clip in training and evaluation. faster-whisper and
+    openai-whisper instead pad a short clip's log-mel with zeros, which the model never saw
+    in training: on a fine-tune whose clips sit near a decision, that moves words (measured:
+    CER +3.25 points on 24 Mandarin clips, every one back to the source's with this).
+    Longer audio is returned as it is."""
+    samples = window_s * SAMPLE_RATE_HZ
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1 or audio.size >= samples:
+        return audio
+    return np.pad(audio, (0, samples - audio.size))
+
+
 def load_audio(source: AudioSource) -> np.ndarray:
     """Decode a clip to Whisper's input.
 

@@ -76,11 +76,14 @@ def transcribe_ct2(
 ) -> list[dict]:
     """faster-whisper on the exported folder, greedy without temperature fallback or voice
     activity detection (the settings the other formats' engines run with); language None:
-    what the export recorded for the fine-tune, else faster-whisper's detection."""
+    what the export recorded for the fine-tune, else faster-whisper's detection. A clip
+    under 30 s is given padded with silence to 30 s, as the model saw clips in training
+    (`data.audio.padded_like_training`); segment times stay inside the clip."""
     import json
 
     from faster_whisper import WhisperModel
 
+    from fitwhisper.data.audio import SAMPLE_RATE_HZ, padded_like_training
     from fitwhisper.models.ct2_export import EXPORT_INFO
     from fitwhisper.transcribe.ct2_engine import language_code
 
@@ -91,12 +94,14 @@ def transcribe_ct2(
     model = WhisperModel(str(dest), device="cpu", compute_type="default", cpu_threads=threads)
     out = []
     for audio in audios:
+        duration = len(audio) / SAMPLE_RATE_HZ
         segments, meta = model.transcribe(
-            audio, language=language, task=task, beam_size=1, temperature=0.0,
+            padded_like_training(audio), language=language, task=task, beam_size=1, temperature=0.0,
             without_timestamps=not timestamps, condition_on_previous_text=False,
             vad_filter=False,
         )  # fmt: skip
-        segs = [{"start": s.start, "end": s.end, "text": s.text.strip()} for s in segments]
+        segs = [{"start": min(s.start, duration), "end": min(s.end, duration),
+                 "text": s.text.strip()} for s in segments]  # fmt: skip
         out.append({"text": " ".join(s["text"] for s in segs).strip(),
                     "language": meta.language, "segments": segs})  # fmt: skip
     return out

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fitwhisper.data.audio import padded_like_training
 from fitwhisper.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,8 @@ def transcribe_openai(
     `language` None: the fine-tune's recorded language, else openai's detection (per file).
     `timestamps` False decodes a clip of up to 30 s without timestamp tokens (one segment);
     longer files are decoded with them anyway, since openai's window seeking needs them.
+    A clip under 30 s is given padded with silence to 30 s, as the model saw clips in
+    training (`data.audio.padded_like_training`); segment times stay inside the clip.
     """
     import torch
     import whisper
@@ -193,8 +196,9 @@ def transcribe_openai(
     out = []
     for audio in audios:
         audio = np.ascontiguousarray(audio, dtype=np.float32)
+        duration = audio.size / SAMPLE_RATE_HZ
         result = model.transcribe(
-            audio,
+            padded_like_training(audio),
             language=language,
             task=task,
             temperature=0.0,  # one temperature: no fallback
@@ -210,7 +214,11 @@ def transcribe_openai(
                 "text": result["text"].strip(),
                 "language": result["language"],
                 "segments": [
-                    {"start": float(s["start"]), "end": float(s["end"]), "text": s["text"].strip()}
+                    {
+                        "start": min(float(s["start"]), duration),
+                        "end": min(float(s["end"]), duration),
+                        "text": s["text"].strip(),
+                    }  # fmt: skip
                     for s in result["segments"]
                 ],
             }
