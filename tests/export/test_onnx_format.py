@@ -305,19 +305,6 @@ def _aishell(shared_data: Path, n: int) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
-def test_base_recorded_language_equals_transformers(base_zh, shared_data):
-    src, dest = base_zh
-    clips = _aishell(shared_data, 5)
-    got = transcribe_onnx(dest, clips, language=None)
-    want = _generate(src, clips, max_new_tokens=224)
-    assert [g["language"] for g in got] == ["zh"] * 5
-    assert all(re.search(r"[\u4e00-\u9fff]", g["text"]) for g in got)
-    assert sum(g["text"] == w for g, w in zip(got, want, strict=True)) >= 4, [
-        g["text"] for g in got
-    ]
-
-
-@pytest.mark.slow
 def test_base_timestamps_equal_transformers(base_zh, shared_data):
     """A ~20 s concatenation: increasing segments, the same as transformers' timestamps."""
     from transformers import WhisperProcessor

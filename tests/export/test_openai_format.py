@@ -253,8 +253,9 @@ def test_tiny_en_transcribes_as_transformers(shared_data: Path, tmp_path: Path):
     model = whisper.load_model(str(tmp_path / "model.pt"), device="cpu")
     options = whisper.DecodingOptions(language="en", without_timestamps=True, fp16=False)
     same = [r.text.strip() for r in whisper.decode(model, feats, options)]
-    # The whole openai pipeline: its front end pads the log-mel with zeros past the clip
-    # where transformers pads the audio, so a few clips may read differently.
+    # The whole openai pipeline, through transcribe_openai (which passes short clips padded
+    # with silence, as transformers pads them; openai's own front end would fill the
+    # log-mel with zeros): its mel and its decoding loop, so a clip may still read otherwise.
     ours = transcribe_openai(tmp_path, audios, language=None)
     agree_same = sum(o == t for o, t in zip(same, theirs, strict=True))
     agree = sum(_words(o["text"]) == _words(t) for o, t in zip(ours, theirs, strict=True))
@@ -263,59 +264,3 @@ def test_tiny_en_transcribes_as_transformers(shared_data: Path, tmp_path: Path):
     assert all(o["language"] == "en" for o in ours)
     assert agree_same >= 9
     assert agree >= 6
-
-
-@pytest.fixture(scope="module")
-def mandarin_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """offline/base saved as a Mandarin fine-tune (generation_config language zh), exported."""
-    from fitwhisper.models.resolve import resolve_model
-
-    root = tmp_path_factory.mktemp("mandarin")
-    base = Path(resolve_model("offline/base").path_or_id)
-    src = _copy_with(base, root / "src", gen={"language": "zh", "task": "transcribe"})
-    (root / "out").mkdir()
-    write_openai(src, root / "out")
-    return src, root / "out"
-
-
-def _aishell(shared_data: Path, kind: str, n: int) -> tuple[list[np.ndarray], list[str]]:
-    from fitwhisper.data.audio import load_audio
-
-    folder = shared_data / "aishell-s0150"
-    rows = [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if r["kind"] == kind][:n]
-    return [load_audio(folder / r["audio"]) for r in rows], [r["text"] for r in rows]
-
-
-@pytest.mark.slow
-def test_mandarin_fine_tune_stays_mandarin(shared_data: Path, mandarin_export):
-    src, out = mandarin_export
-    audios, refs = _aishell(shared_data, "command", 5)
-    ours = transcribe_openai(out, audios, language=None)
-    theirs = _hf_greedy(src, audios, language="zh", task="transcribe")
-    agree = sum(o["text"] == t for o, t in zip(ours, theirs, strict=True))
-    rows = zip(ours, theirs, refs, strict=True)
-    print(f"base zh: {agree}/5 equal", [(o["text"], t, r) for o, t, r in rows])
-    assert all(o["language"] == "zh" for o in ours)
-    assert all(re.search(r"[\u4e00-\u9fff]", o["text"]) for o in ours)
-    assert agree >= 3
-
-
-@pytest.mark.slow
-def test_timestamps_increase(shared_data: Path, mandarin_export):
-    _, out = mandarin_export
-    audios, _ = _aishell(shared_data, "sentence", 6)
-    gap = np.zeros(8_000, np.float32)
-    parts: list[np.ndarray] = []
-    while sum(p.size for p in parts) < 18 * 16_000:  # about 20 s: one window, several segments
-        parts += [audios[len(parts) // 2], gap]
-    audio = np.concatenate(parts)
-    duration = audio.size / 16_000
-    [res] = transcribe_openai(out, [audio], language=None, timestamps=True)
-    segs = res["segments"]
-    print(f"{duration:.1f} s:", [(s["start"], s["end"], s["text"]) for s in segs])
-    assert len(segs) >= 2
-    assert all(s["start"] < s["end"] for s in segs)
-    pairs = zip(segs, segs[1:], strict=False)
-    assert all(a["start"] < b["start"] and a["end"] <= b["end"] for a, b in pairs)
-    assert segs[-1]["end"] <= duration + 0.5

@@ -154,7 +154,10 @@ def rescore(
     rows = usable_rows(
         manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
     ).rows
-    cfg = EvalConfig(language=source_language, batch_size=batch_size, opencc=opencc)
+    # 30 s windows for the source too, as every engine reads them (a model trained on
+    # trimmed input would otherwise be scored on its short window).
+    cfg = EvalConfig(language=source_language, batch_size=batch_size, opencc=opencc,
+                     encoder_window="full")  # fmt: skip
     t0 = time.perf_counter()
     source_res = evaluate_rows(source_model, processor, rows, cfg)
     source_s = time.perf_counter() - t0
