@@ -254,7 +254,8 @@ class TrainConfig:
         metadata={
             "help": "Score --eval_manifest with the starting weights too (RUN/eval/before/), "
             "so the model card shows what the fine-tune changed; --no-score_before skips it "
-            "(one generation pass over the held-out clips)."
+            "(one generation pass over the held-out clips). Not for --use_8bit/--use_4bit "
+            "runs, whose bf16 training it broke."
         },
     )
     per_device_train_batch_size: int = field(

@@ -281,6 +281,13 @@ def _score_before(model, processor, data, model_cfg, train_cfg, out: Path) -> No
     before = out / "eval" / "before"
     if data.eval_ds is None or not train_cfg.score_before or (before / "metrics.json").is_file():
         return
+    if model_cfg.use_4bit or model_cfg.use_8bit:
+        # Generating with the quantised base before training breaks the bf16 training that
+        # follows ("a view of a leaf Variable ... in-place", tests/train/test_quantised_cpu.py);
+        # until that is understood, such runs score the held-out clips after training only.
+        log.info("--score_before skipped for an 8-bit/4-bit run; the model card shows no "
+                 "before figure")  # fmt: skip
+        return
     from fitwhisper.train.held_out import score_held_out
 
     score_held_out(model, processor, data, model_cfg, train_cfg, before, when="before fine-tuning")
