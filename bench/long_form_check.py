@@ -45,9 +45,10 @@ class LongFile:
     clips: int
 
 
-def build_long_file(audios: list[np.ndarray], texts: list[str], clips: int) -> LongFile:
-    """`clips` clips with GAP_S between them; after the first third a stretch of silence,
+def build_long_file(audios: list[np.ndarray], texts: list[str]) -> LongFile:
+    """The clips with GAP_S between them; after the first third a stretch of silence,
     after the second third a stretch of white noise (each QUIET_S long)."""
+    clips = len(audios)
     rng = np.random.default_rng(SEED)
     gap = np.zeros(int(GAP_S * SAMPLE_RATE_HZ), dtype=np.float32)
     n_quiet = int(QUIET_S * SAMPLE_RATE_HZ)
@@ -66,7 +67,7 @@ def build_long_file(audios: list[np.ndarray], texts: list[str], clips: int) -> L
             t += len(audio) + len(gap)
         parts += [audios[i].astype(np.float32), gap]
         t += len(audios[i]) + len(gap)
-    return LongFile(np.concatenate(parts), " ".join(texts[:clips]), tuple(quiet), clips)
+    return LongFile(np.concatenate(parts), " ".join(texts), tuple(quiet), clips)
 
 
 def inside(seg_start: float, seg_end: float, start: float, end: float) -> bool:
@@ -114,16 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     rows = load_manifest(a.manifest).rows[: a.clips]
-    long = build_long_file([load_audio(r.audio) for r in rows], [r.text for r in rows], len(rows))
+    long = build_long_file([load_audio(r.audio) for r in rows], [r.text for r in rows])
     metric, norm = make_scorer(a.language, normalizer=a.normalizer, opencc=a.opencc)
     duration = len(long.audio) / SAMPLE_RATE_HZ
     quiet = ", ".join(f"{k} {s:.1f}-{e:.1f} s" for k, s, e in long.quiet)
     lines = [f"Long file: {duration:.1f} s, {long.clips} clips of {a.manifest}, {quiet}.", "",
              "| model | error | segments | text in silence | text in noise | repeated "
              "segments | times in order |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    opts = TranscribeOptions(language=a.language, vad=False, batch_size=1, mode="sequential")
     results = {}
     for model in a.models:
-        opts = TranscribeOptions(language=a.language, vad=False, batch_size=1, mode="sequential")
         engine = TransformersEngine(model, opts, "cpu")
         (t,) = engine.transcribe(["long"], [long.audio])
         r = judge(long, t.segments, metric, norm)

@@ -24,7 +24,7 @@ def _clips(n, seconds=2.0):
 
 
 def test_long_file_places_silence_and_noise_between_clips():
-    long = lfc.build_long_file(_clips(6), [f"t{i}" for i in range(6)], 6)
+    long = lfc.build_long_file(_clips(6), [f"t{i}" for i in range(6)])
     (k1, s1, e1), (k2, s2, e2) = long.quiet
     assert (k1, k2) == ("silence", "noise")
     # clips 0-1 (2 s + 1 s gap each) come first: silence from 6 s for QUIET_S
@@ -38,7 +38,7 @@ def test_long_file_places_silence_and_noise_between_clips():
 
 
 def test_judge_counts_text_in_quiet_and_repeats():
-    long = lfc.build_long_file(_clips(6), ["one", "two", "three", "four", "five", "six"], 6)
+    long = lfc.build_long_file(_clips(6), ["one", "two", "three", "four", "five", "six"])
     metric, norm = make_scorer("en", normalizer="whisper_basic")
     (_, s1, e1), (_, _, e2) = long.quiet
     segs = [
