@@ -33,6 +33,10 @@ def test_demo_lowers_held_out_wer(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["demo", "--output_dir", str(tmp_path / "demo"), "-q"]) == 0
     out = capsys.readouterr().out
     assert "before fine-tuning" in out and "after fine-tuning" in out
+    # The default encoder input, and what it saved, said and recorded in the model.
+    assert "encoder input mixed (the default)" in out and "x less work" in out
+    config = json.loads((tmp_path / "demo" / "run" / "final" / "config.json").read_text())
+    assert config["fitwhisper_encoder_input"]["mode"] == "mixed"
 
     before = json.loads((tmp_path / "demo" / "eval-zero-shot" / "metrics.json").read_text())
     after = json.loads((tmp_path / "demo" / "run" / "eval" / "metrics.json").read_text())

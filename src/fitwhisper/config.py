@@ -447,18 +447,21 @@ class TrainConfig:
         metadata={
             "help": "Batch clips (or packed windows) of similar duration together "
             "(transformers' LengthGroupedSampler on the durations the data check measured). "
-            "Only saves work with --short_encoder_input, where a batch is as long as its "
-            "longest clip."
+            "Only saves work with --encoder_input mixed (the default) or trimmed, where a batch "
+            "is as long as its longest clip."
         },
     )
-    encoder_input: Literal["full", "trimmed", "mixed"] = field(
-        default="full",
+    encoder_input: Literal["auto", "full", "trimmed", "mixed"] = field(
+        default="auto",
         metadata={
-            "help": "The encoder's training input. full: clips padded to 30 s, as Whisper "
-            "was trained. trimmed: cut to the batch's longest clip (icefall's sliced "
-            "positions), several times faster on short clips. mixed: trimmed, with "
-            "--full_window_share of the batches at 30 s, the window inference engines use. "
-            "The model records it; transcribe/evaluate then encode short clips as they are."
+            "help": "The encoder's training input. mixed: each batch cut to its longest clip "
+            "(icefall's sliced positions), several times faster on short clips, with "
+            "--full_window_share of the batches at 30 s, the window other engines feed the "
+            "model. trimmed: every batch cut. full: clips padded to 30 s, as Whisper was "
+            "trained. auto (default): mixed, or full with --freeze_encoder or "
+            "--cache_encoder_outputs (a frozen encoder cannot learn the short window). The "
+            "model records it; transcribe/evaluate then encode short clips on their own "
+            "length."
         },
     )
     full_window_share: float = field(
@@ -479,9 +482,10 @@ class TrainConfig:
             "(or packed window) before training, keep its outputs in RUN/encoder_cache/ "
             "(float16 on disk: 1500 x d_model x 2 bytes per item, 3.7 MiB for large-v3) and "
             "train the decoder alone on them in every epoch. A run in the same folder with "
-            "the same model and data reuses the cache. Not with --short_encoder_input or "
-            "SpecAugment (the model's apply_spec_augment), whose encoder input changes each "
-            "epoch. Evaluation still runs the whole model on the audio."
+            "the same model and data reuses the cache. Not with --encoder_input trimmed or "
+            "mixed (auto picks full with the cache), nor with SpecAugment (the model's "
+            "apply_spec_augment), whose encoder input changes each epoch. Evaluation still "
+            "runs the whole model on the audio."
         },
     )
     on_nonfinite: Literal["stop", "skip"] = field(
@@ -515,7 +519,9 @@ class TrainConfig:
 
     @property
     def encoder_input_mode(self) -> str:
-        """--encoder_input, with the earlier --short_encoder_input read as trimmed."""
-        if self.short_encoder_input and self.encoder_input == "full":
+        """--encoder_input, with the earlier --short_encoder_input read as trimmed. `train`
+        resolves auto first (`resolve_encoder_input`); a config used without it keeps
+        Whisper's 30 s window."""
+        if self.short_encoder_input and self.encoder_input in ("auto", "full"):
             return "trimmed"
-        return self.encoder_input
+        return "full" if self.encoder_input == "auto" else self.encoder_input

@@ -214,7 +214,13 @@ def test_a_model_trained_on_trimmed_input_records_it(
     assert main(argv) == 0
     config = WhisperConfig.from_pretrained(out / "final")
     assert trained_window(config) == "mixed"
-    assert config.fitwhisper_encoder_input == {"mode": "mixed", "full_window_share": 0.2}
+    assert config.fitwhisper_encoder_input == {
+        "mode": "mixed",
+        "full_window_share": 0.2,
+        # No held-out clips: the short window was not measured, so auto keeps 30 s.
+        "inference_window": "full",
+        "why": "not measured: the run had no held-out clips (--eval_manifest)",
+    }
     assert trained_window(WhisperConfig.from_pretrained(tiny_whisper_dir)) == "full"
 
 
@@ -238,13 +244,14 @@ def test_train_with_every_speed_option_runs_and_logs_the_packing(
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     record = (out / "fitwhisper.yaml").read_text()
-    assert "pack_clips: true" in record and "short_encoder_input: true" in record
+    # The earlier spelling is recorded as what ran.
+    assert "pack_clips: true" in record and "encoder_input: trimmed" in record
 
 
 def test_evaluation_encodes_short_clips_on_their_length_after_trimmed_training(
     tiny_whisper_dir: Path, tone_manifest: Path
 ) -> None:
-    """auto: a model that recorded trimmed/mixed training is scored on a window as long as
+    """auto: a model whose training chose the short window is scored on a window as long as
     each batch's longest clip (tones of 1-2 s: 200 frames); one trained on 30 s windows,
     or --encoder_window full, keeps 3000 frames. Generation runs on the short window too
     (transformers' generate would pad it back to 30 s)."""
@@ -255,7 +262,7 @@ def test_evaluation_encodes_short_clips_on_their_length_after_trimmed_training(
     from fitwhisper.evaluate import evaluate_model
     from fitwhisper.models.generation import configure_generation
     from fitwhisper.models.resolve import load_processor
-    from fitwhisper.models.short_window import record_training_window
+    from fitwhisper.models.short_window import record_inference_window, record_training_window
 
     processor = load_processor(str(tiny_whisper_dir))
     model = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir).eval()
@@ -276,6 +283,8 @@ def test_evaluation_encodes_short_clips_on_their_length_after_trimmed_training(
 
     assert score() == [3000]  # trained on 30 s windows
     record_training_window(model, "mixed", 0.1)
+    assert score() == [3000]  # trained trimmed, short window not measured: 30 s
+    record_inference_window(model.config, "short", "measured")
     # Batches of 3 tones: 1.0-1.4 s and 1.6-2.0 s.
     assert score() == [140, 200]
     assert score(encoder_window="full") == [3000]

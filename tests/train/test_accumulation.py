@@ -17,6 +17,9 @@ def _first_step(model: Path, manifest: Path, out: Path, batch: int, accumulation
         "--per_device_train_batch_size", str(batch),
         "--gradient_accumulation_steps", str(accumulation),
         "--max_train_samples", "4", "--seed", "0", "--report_to", "none", "-q",
+        # Every clip at 30 s: trimmed batches (the default) end at their own longest clip,
+        # so a batch of 4 and two of 2 would not hold the same frames.
+        "--encoder_input", "full",
     ]  # fmt: skip
     assert main(argv) == 0
     state = json.loads((out / "trainer_state.json").read_text())

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.export.formats import FORMATS, check_formats, export_formats
     from fitwhisper.export.rescoring import rescore
     from fitwhisper.models.resolve import resolve_model
+    from fitwhisper.models.short_window import thirty_second_note
 
     a = build_config(ExportArgs, args)
     formats = check_formats(a.format)
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     for w in written:
         print(f"exported {w.source} -> {w.out} ({w.format}, {w.size_mb:.0f} MB)")
         print(f"  load it: {FORMATS[w.format].loads_with.replace('OUT', str(w.out))}")
+    if written and (note := thirty_second_note(model.path_or_id)):
+        print(note)
     rescored = None
     if a.manifest:
         rescored = rescore(

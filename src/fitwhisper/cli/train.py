@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not ranks.is_main():
         return 0  # several processes: the main one reports
-    scores = ", ".join(f"{k.upper()} {100 * v:.2f}%" for k, v in r.eval_metrics.items())
+    scores = ", ".join(f"{_metric_name(k)} {100 * v:.2f}%" for k, v in r.eval_metrics.items())
     print(
         f"trained {r.global_step} steps on {r.train_rows} clips"
         + (
@@ -74,3 +74,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"held-out {r.eval_rows} clips: {scores}  (per clip: {r.output_dir / 'eval'})")
     print(f"model: {r.final_dir}")
     return 0
+
+
+def _metric_name(key: str) -> str:
+    """wer -> WER, short_window_cer -> CER on the short window, script_share -> SCRIPT_SHARE."""
+    if key.startswith("short_window_"):
+        return f"{key.removeprefix('short_window_').upper()} on the short window"
+    return key.upper()

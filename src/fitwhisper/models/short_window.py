@@ -55,15 +55,45 @@ def trained_window(config) -> str:
     return recorded.get("mode", "full") if isinstance(recorded, dict) else "full"
 
 
+def thirty_second_note(model_dir) -> str | None:
+    """For `fitwhisper export`: a model trained on trimmed input meets 30 s windows in every
+    exported engine; a note saying so and how to measure it, or None."""
+    import json
+    from pathlib import Path
+
+    config = Path(str(model_dir)) / "config.json"
+    if not config.is_file():
+        return None
+    recorded = json.loads(config.read_text()).get(CONFIG_KEY)
+    mode = recorded.get("mode") if isinstance(recorded, dict) else None
+    if mode not in ("trimmed", "mixed"):
+        return None
+    return (
+        f"  note: this model trained with --encoder_input {mode}; these engines feed it 30 s "
+        "windows, where it can score worse than on its own short window (English digit "
+        "strings, mixed: WER 5.3% at 30 s, 1.3% short, bench/RESULTS-train-speed.md). "
+        "`fitwhisper evaluate MODEL MANIFEST --encoder_window full` measures it on your data."
+    )
+
+
 FULL_FRAMES = 3000  # 30 s of log-mel frames: Whisper's window
 
 
 def window_for(config, choice: str) -> str:
-    """The encoder window inference uses: `choice` (full, short), or for auto what the
-    model recorded (short after trimmed or mixed training, else full)."""
+    """The encoder window inference uses: `choice` (full, short), or for auto the one the
+    training run chose by measurement (train/window_choice.py); 30 s when none was."""
     if choice in ("full", "short"):
         return choice
-    return "full" if trained_window(config) == "full" else "short"
+    recorded = getattr(config, CONFIG_KEY, None)
+    window = recorded.get("inference_window") if isinstance(recorded, dict) else None
+    return window if window in ("full", "short") else "full"
+
+
+def record_inference_window(config, window: str, why: str) -> None:
+    """Write into the model's config the window `--encoder_window auto` uses, and why."""
+    recorded = getattr(config, CONFIG_KEY, None)
+    recorded = dict(recorded) if isinstance(recorded, dict) else {}
+    setattr(config, CONFIG_KEY, {**recorded, "inference_window": window, "why": why})
 
 
 def short_frames(clip_frames: int, multiple: int = 2) -> int:

@@ -2,8 +2,8 @@
 figure the model card compares with) and after (RUN/eval/, the run's metrics.json).
 
 Both on the 30 s windows every inference engine feeds a model, also after trimmed training
-(`fitwhisper evaluate --encoder_window short` scores the short window), with the run's
-expected output script, so the two figures differ by the training alone.
+(whose short window is scored as well, train/window_choice.py), with the run's expected
+output script, so the two figures differ by the training alone.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ log = logging.getLogger(__name__)
 
 
 def score_held_out(model, processor, data, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                   out_dir: Path, *, when: str):  # fmt: skip
+                   out_dir: Path, *, when: str, window: str = "full"):  # fmt: skip
     """Score `data.eval_rows` with `model`, write predictions and metrics.json to `out_dir`;
-    `when` names the moment in the log ("before fine-tuning", "final")."""
+    `when` names the moment in the log ("before fine-tuning", "final"); `window` the
+    encoder window (full: 30 s; short: each batch's longest clip)."""
     from fitwhisper.chinese_script import expected_script
     from fitwhisper.evaluate import evaluate_model, scoring_language
 
@@ -30,7 +31,7 @@ def score_held_out(model, processor, data, model_cfg: ModelConfig, train_cfg: Tr
         generation_max_length=train_cfg.generation_max_length,
         # The model's own output (no conversion): its script share is the point.
         expected_script=expected_script(model_cfg.output_script) or "auto",
-        encoder_window="full",
+        encoder_window=window,
     )
     res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
                          [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip

@@ -77,7 +77,7 @@ def validate(
 
 def _encoder_input_problems(cfg: TrainConfig) -> list[str]:
     problems = []
-    if cfg.short_encoder_input and cfg.encoder_input != "full":
+    if cfg.short_encoder_input and cfg.encoder_input not in ("auto", "full"):
         problems.append(
             f"--short_encoder_input is the earlier spelling of --encoder_input trimmed; with "
             f"--encoder_input {cfg.encoder_input} use one of them"

@@ -1,0 +1,124 @@
+"""`--encoder_input auto` (the default): what each run trains on, decided before anything
+loads, and what the log says it saves."""
+
+from __future__ import annotations
+
+import pytest
+
+from fitwhisper.cli import main
+from fitwhisper.data.batching import describe_trimming, encoder_frame_share
+
+
+class _Validated(Exception):
+    """Raised in place of validation: the options as train() would run them."""
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch, tiny_whisper_dir, tmp_path):
+    """Runs `fitwhisper train` with the given flags up to validation; returns --encoder_input
+    as train() resolved it."""
+    import fitwhisper.train.validation as validation
+
+    seen: list = []
+
+    def capture(model_cfg, data_cfg, train_cfg, **kwargs) -> None:
+        seen.append(train_cfg)
+        raise _Validated
+
+    monkeypatch.setattr(validation, "validate", capture)
+
+    def run(*flags: str) -> str:
+        with pytest.raises(_Validated):
+            main(["train", "--model", str(tiny_whisper_dir), "--train_manifest", "t.jsonl",
+                  "--output_dir", str(tmp_path / "run"), *flags])  # fmt: skip
+        cfg = seen.pop()
+        assert not cfg.short_encoder_input  # folded into encoder_input
+        return cfg.encoder_input
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), "mixed"),
+        (("--use_lora",), "mixed"),
+        (("--freeze_encoder",), "full"),  # a frozen encoder cannot learn the short window
+        (("--freeze_encoder", "--cache_encoder_outputs"), "full"),
+        (("--short_encoder_input",), "trimmed"),  # the earlier spelling
+        (("--freeze_encoder", "--encoder_input", "mixed"), "mixed"),  # asked for: kept
+        (("--encoder_input", "full"), "full"),
+        (("--encoder_input", "trimmed"), "trimmed"),
+    ],
+)
+def test_auto_is_mixed_unless_the_encoder_is_frozen(resolved, flags, expected) -> None:
+    assert resolved(*flags) == expected
+
+
+def test_frame_share_counts_each_batch_at_its_longest_clip() -> None:
+    # Clips of 3 s: a trimmed batch holds 300 of a 30 s window's 3000 frames.
+    assert encoder_frame_share([3.0] * 40, 8, 0.0) == pytest.approx(0.1)
+    assert encoder_frame_share([3.0] * 40, 8, 0.05) == pytest.approx(0.05 + 0.95 * 0.1)
+    assert encoder_frame_share([30.0] * 10, 4, 0.0) == pytest.approx(1.0)
+    # One long clip among short ones: the batches that draw it pay for it, so the share
+    # lies between the short clips' and the long one's, and grows with the batch.
+    mixed = [2.0] * 30 + [20.0] * 2
+    small, big = encoder_frame_share(mixed, 2, 0.0), encoder_frame_share(mixed, 16, 0.0)
+    assert 2 / 30 < small < big < 20 / 30
+
+
+def test_the_log_line_says_what_the_trimming_saves() -> None:
+    line = describe_trimming("mixed", [3.0] * 40, 8, 0.05)
+    assert "5% of them kept at 30 s" in line and "about 15%" in line and "6.9x less" in line
+    assert "kept at 30 s" not in describe_trimming("trimmed", [3.0] * 40, 8, 0.0)
+
+
+def test_export_notes_the_30_s_window_only_for_a_model_trained_trimmed(tmp_path) -> None:
+    import json
+
+    from fitwhisper.models.short_window import CONFIG_KEY, thirty_second_note
+
+    def model(recorded) -> str:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        config = {"model_type": "whisper"} | ({CONFIG_KEY: recorded} if recorded else {})
+        (folder / "config.json").write_text(json.dumps(config))
+        return str(folder)
+
+    note = thirty_second_note(model({"mode": "mixed", "full_window_share": 0.05}))
+    assert "--encoder_input mixed" in note and "--encoder_window full" in note
+    assert "--encoder_input trimmed" in thirty_second_note(model({"mode": "trimmed"}))
+    assert thirty_second_note(model({"mode": "full"})) is None
+    assert thirty_second_note(model(None)) is None
+    assert thirty_second_note("openai/whisper-small") is None  # a Hub id: nothing recorded
+
+
+def test_the_short_window_is_kept_within_one_point_of_30_s() -> None:
+    from fitwhisper.train.window_choice import choose
+
+    assert choose(0.20, 0.20) == "short"
+    assert choose(0.20, 0.209) == "short"
+    assert choose(0.20, 0.215) == "full"
+    assert choose(0.20, 0.05) == "short"
+
+
+def test_the_final_evaluation_scores_both_windows_and_records_the_choice(
+    tiny_whisper_dir, tone_manifest, tmp_path
+) -> None:
+    import json
+
+    from fitwhisper.train.window_choice import choose
+
+    out = tmp_path / "run"
+    code = main(["train", "--model", str(tiny_whisper_dir), "--train_manifest",
+                 str(tone_manifest), "--eval_manifest", str(tone_manifest), "--output_dir",
+                 str(out), "--max_steps", "1", "--per_device_train_batch_size", "3",
+                 "--generation_max_length", "6", "--report_to", "none", "-q"])  # fmt: skip
+    assert code == 0
+    full = json.loads((out / "eval" / "metrics.json").read_text())
+    short = json.loads((out / "eval" / "short_window" / "metrics.json").read_text())
+    assert full["n_utterances"] == short["n_utterances"] == 6
+    recorded = json.loads((out / "final" / "config.json").read_text())["fitwhisper_encoder_input"]
+    assert recorded["mode"] == "mixed"
+    assert recorded["inference_window"] == choose(full["wer"], short["wer"])
+    assert f"{100 * short['wer']:.2f}% on the short window" in recorded["why"]
