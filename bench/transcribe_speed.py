@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch_size", type=int, default=8)
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", nargs="*", help="Run only rows whose name contains these.")
+    ap.add_argument("--sets", nargs="*", choices=("short", "long"), default=["short", "long"],
+                    help="Which sets to run (short: the issue's short-clip target).")  # fmt: skip
     ap.add_argument("--model", default=MODEL,
                     help="Model for every row (e.g. a run's final/ trained with "
                     "--encoder_input mixed, for the short-window rows).")  # fmt: skip
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         transcribe = make()
         transcribe([short_audio[0]])  # warm-up
         for set_name, (audios, refs) in sets.items():
-            if name.startswith("experiment") and set_name == "long":
+            if set_name not in args.sets or (name.startswith("experiment") and set_name == "long"):
                 continue  # the window experiment is about clips of up to 30 s
             t = time.perf_counter()
             hyps = transcribe(audios)

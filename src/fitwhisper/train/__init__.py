@@ -12,6 +12,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `rows`: checked rows, output script, language tokens, rehearsal, data_report.json
 - `regression`: the forgetting guard, scored before and after training
 - `held_out`: the held-out clips scored by generation, before training and after
+- `window_choice`: after trimmed or mixed training, the encoder window inference uses,
+  chosen by scoring the held-out clips on both
 - `hub`: `--push_to_hub`, final/ uploaded, the Hub checked before training
 - `checkpoints`: checkpoint folders written whole (fsynced, then marked with their files'
   sizes), judged by their contents, rotated without losing the last whole one
@@ -37,6 +39,7 @@ The run folder:
     RUN/.fitwhisper.lock  while a run is going: its process id
     RUN/eval/             predictions.jsonl and metrics.json of the final model;
                           before/: the same with the starting weights (--score_before);
+                          short_window/: the same on the short window (window_choice.py);
                           regression.json: --regression_manifest before and after
     RUN/logs/             TensorBoard events
 """
