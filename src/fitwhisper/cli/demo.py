@@ -65,7 +65,7 @@ fitwhisper demo: offline/tiny.en fine-tuned on {r.n_train} generated clips
   transcript of {r.sample_file.name}:
     reference   {r.sample_reference}
     fine-tuned  {r.sample_transcript}
-  training took {r.train_seconds:.0f} s; {_saved(r)}
+  the training run took {r.train_seconds:.0f} s with its scoring; {_saved(r)}
   fine-tuned model    {r.final_dir}  (loads with from_pretrained)
   predictions         {r.out_dir / "eval-zero-shot"}, {r.out_dir / "run" / "eval"}
   TensorBoard logs    {r.out_dir / "run" / "logs"}
