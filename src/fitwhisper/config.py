@@ -520,7 +520,7 @@ class TrainConfig:
     @property
     def encoder_input_mode(self) -> str:
         """--encoder_input, with the earlier --short_encoder_input read as trimmed. `train`
-        resolves auto first (`resolve_encoder_input`); a config used without it keeps
+        resolves auto first (train/run.py `_resolve_encoder_input`); a config used without it keeps
         Whisper's 30 s window."""
         if self.short_encoder_input and self.encoder_input in ("auto", "full"):
             return "trimmed"
