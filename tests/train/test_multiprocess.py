@@ -238,9 +238,11 @@ def test_lora_in_bf16_on_two_processes_trains_like_one(tiny_whisper_dir, clips, 
     accumulated = _train_args(tiny_whisper_dir, clips, one, *extra)
     _ok([sys.executable, "-m", "fitwhisper", *accumulated, "--gradient_accumulation_steps", "2"])
     _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, two, *extra)))
-    # bf16 rounds the two runs' slightly different fp32 sums differently: measured 4e-5
-    # relative on step 2's loss.
-    assert _losses(two) == pytest.approx(_losses(one), rel=1e-4)
+    # bf16 rounds the two runs' slightly different fp32 sums differently, and by how much
+    # depends on the CPU's kernels: step 2's loss measured 8e-5 relative here and 1.5e-4 on
+    # the CI machine (a failed run at rel=1e-4), so 5e-4 leaves room; the adapters below
+    # are the sharper check.
+    assert _losses(two) == pytest.approx(_losses(one), rel=5e-4)
     mine = load_file(str(two / "final" / "adapter_model.safetensors"))
     theirs = load_file(str(one / "final" / "adapter_model.safetensors"))
     assert mine.keys() == theirs.keys()
