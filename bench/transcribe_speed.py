@@ -240,6 +240,10 @@ def _rows(args, ct2_dir: Path) -> dict:
         "fitwhisper transcribe (default: engine ct2, mode auto), int8": fitwhisper("ct2"),
         "fitwhisper transcribe --mode batched (ct2), int8": fitwhisper("ct2", "batched"),
         "fitwhisper transcribe --timestamps none (ct2), int8": fitwhisper("ct2", "auto", "none"),
+        "fitwhisper transcribe --encoder_window full (ct2), int8":
+            fitwhisper("ct2", window="full"),
+        "fitwhisper transcribe --encoder_window short (ct2), int8":
+            fitwhisper("ct2", window="short"),
         "experiment: CT2 greedy, 30 s padded window (reference)": short_window(True),
         "experiment: CT2 greedy, window = clip + 1 s": short_window(False),
         "fitwhisper transcribe --engine transformers, fp32": fitwhisper("transformers"),

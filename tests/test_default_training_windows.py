@@ -80,8 +80,38 @@ def _long_file(model: Path, data) -> dict:
     return lfc.judge(long, t.segments, metric, norm)
 
 
+def _transcribed(model: Path, data, out: Path, capsys) -> float:
+    """`fitwhisper transcribe` on the held-out clips with word timestamps: their WER; the
+    engine's line must say the short window was used, and every word lie in its clip."""
+    from fitwhisper.data.manifest import load_manifest
+    from fitwhisper.evaluate import make_scorer
+    from fitwhisper.scoring import score
+
+    pytest.importorskip("faster_whisper")
+    rows = load_manifest(data.eval_manifest).rows
+    capsys.readouterr()
+    # --no_vad: Silero hears no speech in one 1.5 s clip (004), at either window and in
+    # either engine, so the file would get no text whatever the window.
+    code = main(["transcribe", "--model", str(model), *(str(r.audio) for r in rows),
+                 "--timestamps", "word", "--no_vad", "--output_dir", str(out),
+                 "--output_format", "json", "-q"])  # fmt: skip
+    assert code == 0
+    assert "encoded on their own length and 1 s (the model's training chose it)" in (
+        capsys.readouterr().err
+    )
+    texts = []
+    for r in rows:
+        got = json.loads((out / f"{Path(r.audio).stem}.json").read_text())
+        words = [w for s in got["segments"] for w in s["words"]]
+        assert words and all(0 <= w["start"] <= w["end"] <= got["duration"] for w in words)
+        assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+        texts.append(got["text"])
+    metric, norm = make_scorer("en", normalizer="whisper_basic")
+    return score([r.text for r in rows], texts, metric, norm).normalized
+
+
 def test_default_training_works_on_both_windows_and_on_a_long_file(
-    shared_data: Path, tmp_path: Path
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = make_digit_strings(
         shared_data / "fsdd-train", tmp_path / "digits", n_train=48, n_eval=16
@@ -106,6 +136,11 @@ def test_default_training_works_on_both_windows_and_on_a_long_file(
     # onto the short window it falls off the cliff the default's model does not have.
     cliff_wer, _ = _held_out(standard, data, "short", tmp_path / "ev-cliff")
     assert cliff_wer > short_wer + 0.5
+
+    # `fitwhisper transcribe` (the ct2 engine on CPU) follows the record too, word
+    # timestamps included.
+    ct2_wer = _transcribed(default, data, tmp_path / "transcribed", capsys)
+    assert ct2_wer <= 0.1, ct2_wer
 
     mine, theirs = _long_file(default, data), _long_file(standard, data)
     print(f"long file: default {mine}\n           standard {theirs}")

@@ -252,9 +252,9 @@ def test_evaluation_encodes_short_clips_on_their_length_after_trimmed_training(
     tiny_whisper_dir: Path, tone_manifest: Path
 ) -> None:
     """auto: a model whose training chose the short window is scored on a window as long as
-    each batch's longest clip (tones of 1-2 s: 200 frames); one trained on 30 s windows,
-    or --encoder_window full, keeps 3000 frames. Generation runs on the short window too
-    (transformers' generate would pad it back to 30 s)."""
+    each batch's longest clip and a 1 s margin (tones of 1-2 s: 300 frames); one trained on
+    30 s windows, or --encoder_window full, keeps 3000 frames. Generation runs on the short
+    window too (transformers' generate would pad it back to 30 s)."""
     from transformers import WhisperForConditionalGeneration
 
     from fitwhisper.data.features import SpeechDataset
@@ -285,7 +285,7 @@ def test_evaluation_encodes_short_clips_on_their_length_after_trimmed_training(
     record_training_window(model, "mixed", 0.1)
     assert score() == [3000]  # trained trimmed, short window not measured: 30 s
     record_inference_window(model.config, "short", "measured")
-    # Batches of 3 tones: 1.0-1.4 s and 1.6-2.0 s.
-    assert score() == [140, 200]
+    # Batches of 3 tones: 1.0-1.4 s and 1.6-2.0 s, each and 1 s.
+    assert score() == [240, 300]
     assert score(encoder_window="full") == [3000]
-    assert score(encoder_window="short") == [140, 200]
+    assert score(encoder_window="short") == [240, 300]

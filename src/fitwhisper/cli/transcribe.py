@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if choice.name == "transformers" and opts.mode == "batched":
         raise ConfigError("--mode batched needs the ct2 engine", hint="pass --engine ct2")
     engine = make_engine(model, opts, choice)
-    print(f"engine {choice.name} on {choice.device} ({choice.reason})", file=sys.stderr)
+    print(f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}",
+          file=sys.stderr)  # fmt: skip
 
     # 3. Transcribe; outputs are written as files finish, stdout in input order at the end.
     out_dir = Path(job.output_dir) if job.output_dir else None
@@ -201,3 +202,11 @@ def _progress_bar(files: list[Path], enabled: bool):
         except Exception:  # bad files are reported by the run itself
             pass
     return tqdm(total=round(total, 1), unit="audio s", file=sys.stderr, dynamic_ncols=True)
+
+
+def _window(engine, opts) -> str:
+    """What the encoder gets for clips up to 30 s, and why."""
+    if engine.window == "full":
+        return "clips up to 30 s padded to 30 s windows"
+    why = "the model's training chose it" if opts.encoder_window == "auto" else "as asked"
+    return f"clips up to 30 s encoded on their own length and 1 s ({why})"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from fitwhisper.errors import DivergenceError, ModelLoadError
+from fitwhisper.models.short_window import recorded_window
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -96,6 +97,8 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
             "quantization": quantization,
             "language": gen.get("language"),
             "task": gen.get("task"),
+            # What `fitwhisper transcribe --encoder_window auto` uses on the folder.
+            "encoder_window": recorded_window(source),
         }
         (work / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
         if dest.exists():

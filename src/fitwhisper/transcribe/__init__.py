@@ -6,6 +6,8 @@
 - `options`: the decoding settings shared by both engines, and the job (inputs, outputs)
 - `hf_engine`: transformers' `generate` (long-form, batched; LoRA adapters unmerged)
 - `ct2_engine`: faster-whisper on a CTranslate2 folder (sequential or batched)
+- `ct2_short_window`: its batched pipeline on the short encoder window, for a model whose
+  training chose it
 - `speech`: where the speech is (voice activity, or an energy gate), and its times mapped
   back onto the file: both engines decode speech only
 - `repeats`: the guard that drops a text repeated segment after segment (a loop)

@@ -8,7 +8,9 @@ done here), its times mapped back onto the file by `Speech.span`.
 Clips of up to 30 s are batched *across files*: those with speech are laid end to end and
 handed to `BatchedInferencePipeline` with one `clip_timestamps` entry per file, so each is
 decoded whole, in batches of `--batch_size`, by faster-whisper's own code; the segments are
-mapped back to their files. A file without speech is not decoded.
+mapped back to their files. A file without speech is not decoded. For a model whose
+training chose the short window, those batches are encoded on their longest clip and 1 s
+(`ct2_short_window`), not on 30 s.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ class CT2Engine:
 
     name = "ct2"
 
-    def __init__(self, folder: str | Path, opts: TranscribeOptions, device: str) -> None:
+    def __init__(
+        self, folder: str | Path, opts: TranscribeOptions, device: str, window: str = "full"
+    ) -> None:
         from faster_whisper import BatchedInferencePipeline, WhisperModel
 
         kind, _, index = device.partition(":")
@@ -59,6 +63,17 @@ class CT2Engine:
         self.language = language_code(wanted) if multilingual and wanted else None
         if not multilingual:
             self.language = "en"
+        # Clips up to 30 s on their own length (plus 1 s), for a model that chose it: on
+        # the across-file batches only, which need one known language and not sequential.
+        self.window = window
+        if window == "short" and (opts.mode == "sequential" or not self.language):
+            log.warning("the short encoder window needs --language and a --mode other than "
+                        "sequential on the ct2 engine; clips get 30 s windows")  # fmt: skip
+            self.window = "full"
+        if self.window == "short":
+            from fitwhisper.transcribe.ct2_short_window import ShortWindowPipeline
+
+            self.short_pipeline = ShortWindowPipeline(self.model)
 
     def transcribe(
         self,
@@ -81,8 +96,10 @@ class CT2Engine:
             for i, a in enumerate(audios)
             if i not in results and len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ
         ]
-        # Across-file batching needs one prompt language for the batch.
-        if self.opts.mode != "sequential" and self.language and len(short) > 1:
+        # Across-file batching needs one prompt language for the batch; the short window
+        # is only on that path, so it takes a lone clip too.
+        alone_ok = self.window == "short"
+        if self.opts.mode != "sequential" and self.language and (len(short) > 1 or alone_ok):
             batch = self._short_batched(
                 [names[i] for i in short], [audios[i] for i in short], progress
             )
@@ -161,13 +178,24 @@ class CT2Engine:
         return Transcript(name, tuple(out), info.language, duration, engine=self.name)
 
     def _short_batched(self, names, audios, progress) -> list[Transcript]:
+        if self.window == "short":  # clips of like length share a batch and its window
+            order = sorted(range(len(audios)), key=lambda i: len(audios[i]))
+            done = self._laid_end_to_end(
+                [names[i] for i in order], [audios[i] for i in order], progress,
+                self.short_pipeline,
+            )  # fmt: skip
+            back = dict(zip(order, done, strict=True))
+            return [back[i] for i in range(len(audios))]
+        return self._laid_end_to_end(names, audios, progress, self.pipeline)
+
+    def _laid_end_to_end(self, names, audios, progress, pipeline) -> list[Transcript]:
         offsets = np.cumsum([0] + [len(a) for a in audios[:-1]]) / SAMPLE_RATE_HZ
         durations = [len(a) / SAMPLE_RATE_HZ for a in audios]
         clips = [
             {"start": float(t), "end": float(t + d)}
             for t, d in zip(offsets, durations, strict=True)
         ]
-        segments, _info = self.pipeline.transcribe(
+        segments, _info = pipeline.transcribe(
             np.concatenate(audios),
             clip_timestamps=clips,
             vad_filter=False,

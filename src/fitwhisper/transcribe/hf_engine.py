@@ -70,7 +70,8 @@ class TransformersEngine:
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
         self.model = load_model(resolved, dtype=dtype).to(device).eval()
         # Clips up to 30 s on their own length, for a model trained on trimmed input.
-        self.short_window = window_for(self.model.config, opts.encoder_window) == "short"
+        self.window = window_for(self.model.config, opts.encoder_window)  # full or short
+        self.short_window = self.window == "short"
         if self.short_window:
             allow_short_input(self.model)
         gen = self.model.generation_config
@@ -196,10 +197,10 @@ class TransformersEngine:
                 return_tensors="pt",
                 return_attention_mask=True,
             )
-            if self.short_window:  # the batch's longest clip, not 30 s
-                from fitwhisper.models.short_window import short_frames
+            if self.short_window:  # the batch's longest clip and a margin, not 30 s
+                from fitwhisper.models.short_window import inference_frames
 
-                keep = short_frames(math.ceil(max(len(a) for a in audios) / HOP_LENGTH))
+                keep = inference_frames(math.ceil(max(len(a) for a in audios) / HOP_LENGTH))
                 return inputs.input_features[..., :keep], None
         return inputs.input_features, inputs.attention_mask.to(self.device)
 

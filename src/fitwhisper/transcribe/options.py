@@ -114,10 +114,12 @@ class TranscribeOptions:
     encoder_window: Literal["auto", "full", "short"] = field(
         default="auto",
         metadata={
-            "help": "transformers engine, clips up to 30 s: full pads each to 30 s (Whisper's "
-            "window); short encodes them on their own length; auto: short for a model "
-            "trained with --encoder_input trimmed or mixed (it records this), full for any "
-            "other (a model trained on 30 s windows breaks on short ones)."
+            "help": "Clips up to 30 s: full pads each to 30 s (Whisper's window); short "
+            "encodes each batch on its longest clip and 1 s; auto: short for a model whose "
+            "training run measured it within 1 point of 30 s on the held-out clips (it "
+            "records this), full for any other (a model trained on 30 s windows breaks on "
+            "short ones). Both engines; ct2 only where clips are batched (not "
+            "--mode sequential, and with a known language)."
         },
     )
     device: str = field(

@@ -8,6 +8,7 @@ functions take the model spec resolved once by the caller (`models.resolve.resol
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -93,7 +94,25 @@ def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineCho
         gpu = choice.device.startswith("cuda")
         ct = opts.compute_type if opts.compute_type != "auto" else None
         folder = cached_ct2(model, ct or ("float16" if gpu else "int8"))
-    return CT2Engine(folder, opts, choice.device)
+    return CT2Engine(folder, opts, choice.device, _ct2_window(model, folder, opts))
+
+
+def _ct2_window(model: ResolvedModel, folder: Path, opts: TranscribeOptions) -> str:
+    """The encoder window for the ct2 engine: as asked, or for auto the one the model's
+    training chose: recorded in its config.json, or in an exported folder's export info (a
+    cached export made before the info held it would say nothing)."""
+    from fitwhisper.models.ct2_export import EXPORT_INFO
+    from fitwhisper.models.short_window import recorded_window
+
+    if opts.encoder_window != "auto":
+        return opts.encoder_window
+    if model.kind != "ct2_dir":
+        return "full" if model.adapter is not None else recorded_window(model.path_or_id)
+    try:
+        window = json.loads((folder / EXPORT_INFO).read_text()).get("encoder_window")
+    except (OSError, ValueError):
+        window = None
+    return window if window in ("full", "short") else "full"
 
 
 def transcribe_files(
