@@ -94,6 +94,10 @@ def test_the_ct2_engine_encodes_short_clips_on_their_length_for_a_model_that_cho
 
     assert widths(trimmed_model) == [250]  # 1.5 s and the 1 s margin
     assert widths(trimmed_model, audios[:1]) == [200]
+    # A file over 30 s, alone or beside a clip, is decoded in 30 s windows as before.
+    long = 0.1 * rng.standard_normal(31 * 16_000).astype(np.float32)
+    assert widths(trimmed_model, [long]) == [3000]
+    assert widths(trimmed_model, [long, audios[0]]) == [200, 3000]
     assert widths(trimmed_model, encoder_window="full") == [3000]
     assert widths(tiny_whisper_dir) == [3000]
     assert widths(tiny_whisper_dir, encoder_window="short") == [250]

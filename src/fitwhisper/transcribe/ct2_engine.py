@@ -98,8 +98,8 @@ class CT2Engine:
         ]
         # Across-file batching needs one prompt language for the batch; the short window
         # is only on that path, so it takes a lone clip too.
-        alone_ok = self.window == "short"
-        if self.opts.mode != "sequential" and self.language and (len(short) > 1 or alone_ok):
+        enough = len(short) > (0 if self.window == "short" else 1)
+        if self.opts.mode != "sequential" and self.language and enough:
             batch = self._short_batched(
                 [names[i] for i in short], [audios[i] for i in short], progress
             )
