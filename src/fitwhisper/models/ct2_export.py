@@ -106,6 +106,15 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
         os.replace(work, dest)
 
 
+def export_info(folder: Path) -> dict:
+    """A CTranslate2 folder's EXPORT_INFO (source, language, task, encoder window); {} for a
+    folder without one (not exported by fitwhisper) or one that cannot be read."""
+    try:
+        return json.loads((Path(folder) / EXPORT_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 # --- helpers ------------------------------------------------------------------------------
 
 

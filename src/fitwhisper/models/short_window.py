@@ -70,7 +70,7 @@ def _recorded(model_dir) -> dict:
 
 def recorded_window(model_dir) -> str:
     """The window `--encoder_window auto` uses for a saved model folder (see window_for)."""
-    return window_for(types.SimpleNamespace(**{CONFIG_KEY: _recorded(model_dir)}), "auto")
+    return _chosen(_recorded(model_dir))
 
 
 def thirty_second_note(model_dir) -> str | None:
@@ -96,7 +96,11 @@ def window_for(config, choice: str) -> str:
     training run chose by measurement (train/window_choice.py); 30 s when none was."""
     if choice in ("full", "short"):
         return choice
-    recorded = getattr(config, CONFIG_KEY, None)
+    return _chosen(getattr(config, CONFIG_KEY, None))
+
+
+def _chosen(recorded) -> str:
+    """The window a training record chose; 30 s when it chose none."""
     window = recorded.get("inference_window") if isinstance(recorded, dict) else None
     return window if window in ("full", "short") else "full"
 

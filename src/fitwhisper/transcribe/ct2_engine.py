@@ -16,7 +16,6 @@ training chose the short window, those batches are encoded on their longest clip
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fitwhisper.data.audio import SAMPLE_RATE_HZ
-from fitwhisper.models.ct2_export import EXPORT_INFO  # the export's source, language, task
+from fitwhisper.models.ct2_export import export_info  # the export's source, language, task
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
@@ -57,7 +56,7 @@ class CT2Engine:
         self.pipeline = BatchedInferencePipeline(self.model)
         self.opts = opts
         self.speech_method = speech_method() if opts.vad else None
-        info = _export_info(Path(folder))
+        info = export_info(Path(folder))
         multilingual = self.model.model.is_multilingual
         wanted = opts.language or info.get("language")
         self.language = language_code(wanted) if multilingual and wanted else None
@@ -262,10 +261,3 @@ def _same(start: float, end: float) -> tuple[float, float]:
 
 def _shifted(offset: float, start: float, end: float) -> tuple[float, float]:
     return start - offset, end - offset
-
-
-def _export_info(folder: Path) -> dict:
-    try:
-        return json.loads((folder / EXPORT_INFO).read_text())
-    except (OSError, ValueError):
-        return {}

@@ -71,8 +71,7 @@ class TransformersEngine:
         self.model = load_model(resolved, dtype=dtype).to(device).eval()
         # Clips up to 30 s on their own length, for a model trained on trimmed input.
         self.window = window_for(self.model.config, opts.encoder_window)  # full or short
-        self.short_window = self.window == "short"
-        if self.short_window:
+        if self.window == "short":
             allow_short_input(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False))
@@ -197,7 +196,7 @@ class TransformersEngine:
                 return_tensors="pt",
                 return_attention_mask=True,
             )
-            if self.short_window:  # the batch's longest clip and a margin, not 30 s
+            if self.window == "short":  # the batch's longest clip and a margin, not 30 s
                 from fitwhisper.models.short_window import inference_frames
 
                 keep = inference_frames(math.ceil(max(len(a) for a in audios) / HOP_LENGTH))

@@ -8,7 +8,6 @@ functions take the model spec resolved once by the caller (`models.resolve.resol
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -101,17 +100,14 @@ def _ct2_window(model: ResolvedModel, folder: Path, opts: TranscribeOptions) -> 
     """The encoder window for the ct2 engine: as asked, or for auto the one the model's
     training chose: recorded in its config.json, or in an exported folder's export info (a
     cached export made before the info held it would say nothing)."""
-    from fitwhisper.models.ct2_export import EXPORT_INFO
+    from fitwhisper.models.ct2_export import export_info
     from fitwhisper.models.short_window import recorded_window
 
     if opts.encoder_window != "auto":
         return opts.encoder_window
     if model.kind != "ct2_dir":
         return "full" if model.adapter is not None else recorded_window(model.path_or_id)
-    try:
-        window = json.loads((folder / EXPORT_INFO).read_text()).get("encoder_window")
-    except (OSError, ValueError):
-        window = None
+    window = export_info(folder).get("encoder_window")
     return window if window in ("full", "short") else "full"
 
 
