@@ -82,7 +82,7 @@ def thirty_second_note(model_dir) -> str | None:
     return (
         f"  note: this model trained with --encoder_input {mode}; engines other than "
         "`fitwhisper transcribe` feed it 30 s windows, where it can score worse than on its "
-        "own short window (English digit strings, mixed: WER 5.3% at 30 s, 1.3% short, "
+        "own short window (English digit strings, mixed: WER 4.3% at 30 s, 3.8% short, "
         "bench/RESULTS-train-speed.md). `fitwhisper evaluate MODEL MANIFEST "
         "--encoder_window full` measures it on your data."
     )
