@@ -79,7 +79,7 @@ CONFIGS = [
 # scored at 30 s (as every engine feeds the model) and on the short window.
 ENCODER_INPUT = [
     ("fitwhisper --encoder_input full (Whisper's 30 s)",
-     ["--no-pack_clips", "--encoder_input", "full"], False),
+     ["--no-pack_clips", *FULL], False),
     ("fitwhisper --encoder_input trimmed",
      ["--no-pack_clips", "--encoder_input", "trimmed", *UNGROUPED], True),
     ("fitwhisper --encoder_input mixed, 5% of batches at 30 s",
