@@ -367,7 +367,8 @@ def _child(spec: dict) -> int:
             m = json.loads((out / "eval" / "metrics.json").read_text())
             metric = {"name": m["metric"], "value": m[m["metric"]],
                       "predictions": str(out / "eval" / "predictions.jsonl")}  # fmt: skip
-            if train_cfg.encoder_input_mode != "full":
+            # What the saved model records, so a row left on --encoder_input auto counts.
+            if _trained_window(out / "final") != "full":
                 extra["short_window"] = _evaluate_short(out, spec)
     if full:
         clips = spec["epochs"] * n_clips
@@ -426,6 +427,15 @@ def _evaluate(model, processor, spec: dict, out: Path) -> dict:
     res.write(out)
     return {"name": res.score.metric, "value": res.score.normalized,
             "predictions": str(out / "predictions.jsonl")}  # fmt: skip
+
+
+def _trained_window(model_dir: Path) -> str:
+    """How the saved model trained: "full", "trimmed" or "mixed" (its config's record)."""
+    from transformers import WhisperConfig
+
+    from fitwhisper.models.short_window import trained_window
+
+    return trained_window(WhisperConfig.from_pretrained(model_dir))
 
 
 def _evaluate_short(out: Path, spec: dict) -> dict:
