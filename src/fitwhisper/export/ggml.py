@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +51,7 @@ import numpy as np
 
 from fitwhisper.errors import ConfigError
 from fitwhisper.export.ggml_quant import Quantiser
+from fitwhisper.export.openai_format import known_openai_name
 from fitwhisper.paths import as_storage_error
 
 log = logging.getLogger(__name__)
@@ -101,36 +101,6 @@ _SPECIAL_TEXT = {
     "beg": ("<|0.00|>",),
 }
 
-# transformers layer part -> whisper.cpp (openai) name
-_LAYER_PARTS = {
-    "self_attn.q_proj": "attn.query",
-    "self_attn.k_proj": "attn.key",
-    "self_attn.v_proj": "attn.value",
-    "self_attn.out_proj": "attn.out",
-    "self_attn_layer_norm": "attn_ln",
-    "encoder_attn.q_proj": "cross_attn.query",
-    "encoder_attn.k_proj": "cross_attn.key",
-    "encoder_attn.v_proj": "cross_attn.value",
-    "encoder_attn.out_proj": "cross_attn.out",
-    "encoder_attn_layer_norm": "cross_attn_ln",
-    "fc1": "mlp.0",
-    "fc2": "mlp.2",
-    "final_layer_norm": "mlp_ln",
-}
-_TOP_LEVEL = {
-    "encoder.conv1.weight": "encoder.conv1.weight",
-    "encoder.conv1.bias": "encoder.conv1.bias",
-    "encoder.conv2.weight": "encoder.conv2.weight",
-    "encoder.conv2.bias": "encoder.conv2.bias",
-    "encoder.embed_positions.weight": "encoder.positional_embedding",
-    "encoder.layer_norm.weight": "encoder.ln_post.weight",
-    "encoder.layer_norm.bias": "encoder.ln_post.bias",
-    "decoder.embed_tokens.weight": "decoder.token_embedding.weight",
-    "decoder.embed_positions.weight": "decoder.positional_embedding",
-    "decoder.layer_norm.weight": "decoder.ln.weight",
-    "decoder.layer_norm.bias": "decoder.ln.bias",
-}
-_LAYER_RE = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
 # Kept in f32 in every file, as whisper.cpp's loader allocates them.
 _ALWAYS_F32 = {
     "encoder.conv1.bias",
@@ -142,18 +112,12 @@ _ALWAYS_F32 = {
 
 def ggml_name(hf_name: str) -> str | None:
     """whisper.cpp's tensor name for a transformers state-dict key, or None if it has none.
+    whisper.cpp's converters keep openai-whisper's names, so this is `openai_format`'s map.
 
     >>> ggml_name("model.decoder.layers.3.encoder_attn.k_proj.weight")
     'decoder.blocks.3.cross_attn.key.weight'
     """
-    name = hf_name.removeprefix("model.")
-    if name in _TOP_LEVEL:
-        return _TOP_LEVEL[name]
-    m = _LAYER_RE.fullmatch(name)
-    if m is None or m.group(3) not in _LAYER_PARTS:
-        return None
-    side, layer, part, kind = m.groups()
-    return f"{side}.blocks.{layer}.{_LAYER_PARTS[part]}.{kind}"
+    return known_openai_name(hf_name.removeprefix("model."))
 
 
 # --------------------------------------------------------------------------------- export

@@ -88,6 +88,17 @@ def openai_name(hf_name: str) -> str:
     return f"{side}.blocks.{i}.{part}.{kind}"
 
 
+def known_openai_name(hf_name: str) -> str | None:
+    """`openai_name`, or None for a parameter openai-whisper's model does not have (a LoRA
+    matrix, an added head): every part of it must be one openai-whisper names."""
+    if hf_name in _TOP_LEVEL or re.fullmatch(r"encoder\.conv[12]\.(weight|bias)", hf_name):
+        return openai_name(hf_name)
+    m = _LAYER_KEY.match(hf_name)
+    if m is None or not all(p in _LAYER_PARTS for p in m.group(3).split(".")):
+        return None
+    return openai_name(hf_name)
+
+
 def write_openai(model_dir: Path, dest: Path) -> list[Path]:
     """Write `dest/model.pt`, which `whisper.load_model(path)` loads; returns [that path].
 
