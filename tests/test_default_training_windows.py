@@ -30,9 +30,9 @@ WINDOW_TOLERANCE = 0.05  # short vs 30 s window: at most 3 of the 62 held-out di
 # (one segment per 30 s window) and the default's stopped early in windows with a long
 # pause. At 2e-5 (measured once, 2026-11-26) it was 8.1% against 1.6%: 5 of the 62 words
 # against 1, the default dropping one whole string after a pause. Small runs vary (96
-# clips, 72 steps at 2e-5: 33.8% against 3.1% at seed 0, 1.5% both at seed 1; with
-# --full_window_share 0.2, 0.0% and 1.5%); on 400 clips at 1e-5 the default was one word
-# of 76 behind (9.21% against 7.89%, same data and seed; bench/RESULTS-train-speed.md).
+# clips, 72 steps at 2e-5, seeds 0-2: 33.8%, 1.5%, 0.0% against 3.1%, 1.5%, 0.0%; with
+# --full_window_share 0.2 as bad once); on 400 clips at 1e-5 the default was one word of
+# 76 behind (9.21% against 7.89%, same data and seed; bench/RESULTS-train-speed.md).
 # Trimmed alone dropped a whole 30 s window (50%), which this bound catches.
 LONG_TOLERANCE = 0.15
 
