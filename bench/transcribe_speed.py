@@ -191,7 +191,9 @@ def _rows(args, ct2_dir: Path) -> dict:
         """Experiment (not in fitwhisper): clips of up to 30 s encoded over their own length
         (+1 s) instead of a 30 s padded window, like whisper.cpp's audio_ctx; CTranslate2's
         encoder accepts any even frame count. Same code with 30 s padding as the accuracy
-        reference. Greedy, no timestamps, batches of similar length."""
+        reference. Greedy, no timestamps, batches of similar length. The log-mel past each
+        clip is zeros, as faster-whisper pads it (fitwhisper pads with silence:
+        `transcribe/ct2_padding.py`)."""
 
         def make():
             import ctranslate2

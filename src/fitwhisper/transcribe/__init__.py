@@ -8,6 +8,8 @@
 - `ct2_engine`: faster-whisper on a CTranslate2 folder (sequential or batched)
 - `ct2_short_window`: its batched pipeline on the short encoder window, for a model whose
   training chose it
+- `ct2_padding`: short clips padded with silence before faster-whisper's log-mel, as in
+  training (faster-whisper fills the window with zeros)
 - `speech`: where the speech is (voice activity, or an energy gate), and its times mapped
   back onto the file: both engines decode speech only
 - `repeats`: the guard that drops a text repeated segment after segment (a loop)

@@ -10,7 +10,9 @@ handed to `BatchedInferencePipeline` with one `clip_timestamps` entry per file, 
 decoded whole, in batches of `--batch_size`, by faster-whisper's own code; the segments are
 mapped back to their files. A file without speech is not decoded. For a model whose
 training chose the short window, those batches are encoded on their longest clip and 1 s
-(`ct2_short_window`), not on 30 s.
+(`ct2_short_window`), not on 30 s. On every path a clip or chunk under 30 s reaches the
+encoder padded with silence, as in training, not with faster-whisper's zero-filled log-mel
+(`ct2_padding`); long files in sequential mode keep faster-whisper's own last window.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.data.audio import SAMPLE_RATE_HZ, padded_like_training
 from fitwhisper.models.ct2_export import export_info  # the export's source, language, task
+from fitwhisper.transcribe.ct2_padding import padded_model
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
 from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
@@ -53,7 +56,8 @@ class CT2Engine:
             compute_type=compute_type,
             cpu_threads=opts.threads,
         )
-        self.pipeline = BatchedInferencePipeline(self.model)
+        # Chunks padded with silence, as in training, not zero-filled (`ct2_padding`).
+        self.pipeline = BatchedInferencePipeline(padded_model(self.model))
         self.opts = opts
         self.speech_method = speech_method() if opts.vad else None
         info = export_info(Path(folder))
@@ -72,7 +76,7 @@ class CT2Engine:
         if self.window == "short":
             from fitwhisper.transcribe.ct2_short_window import ShortWindowPipeline
 
-            self.short_pipeline = ShortWindowPipeline(self.model)
+            self.short_pipeline = ShortWindowPipeline(padded_model(self.model))
 
     def transcribe(
         self,
@@ -140,7 +144,7 @@ class CT2Engine:
         self, name: str, audio: np.ndarray, progress, speech: Speech | None
     ) -> Transcript:
         o = self.opts
-        duration = len(audio) / SAMPLE_RATE_HZ
+        duration = heard = len(audio) / SAMPLE_RATE_HZ
         # auto: batched, the faster at equal CER on CPU (bench/RESULTS-transcribe.md).
         if self._pipeline_cuts(len(audio)):
             segments, info = self.pipeline.transcribe(
@@ -157,8 +161,12 @@ class CT2Engine:
             import ctranslate2
 
             ctranslate2.set_random_seed(SAMPLING_SEED)
+            decoded = audio if speech is None else speech.audio(audio)
+            # Up to 30 s: padded with silence, as in training (`ct2_padding`); a segment
+            # that starts in that silence has nothing under it and is dropped below.
+            heard = len(decoded) / SAMPLE_RATE_HZ
             segments, info = self.model.transcribe(
-                audio if speech is None else speech.audio(audio),
+                padded_like_training(decoded),
                 temperature=list(o.temperatures),
                 condition_on_previous_text=o.condition_on_previous_text,
                 without_timestamps=o.timestamps == "none" and duration <= SHORT_CLIP_S,
@@ -169,6 +177,8 @@ class CT2Engine:
         to_file = speech.span if speech is not None else _same
         out, done = [], 0.0
         for s in segments:  # a generator: decoding happens as it is consumed
+            if s.start >= heard:
+                continue
             out.append(_segment(len(out), s, duration, to_file))
             if out[-1].end > done:
                 progress(out[-1].end - done)
