@@ -43,6 +43,7 @@ class LongFile:
     reference: str
     quiet: tuple[tuple[str, float, float], ...]  # (kind, start s, end s)
     clips: int
+    spans: tuple[tuple[float, float], ...] = ()  # each clip's (start s, end s)
 
 
 def build_long_file(audios: list[np.ndarray], texts: list[str]) -> LongFile:
@@ -58,6 +59,7 @@ def build_long_file(audios: list[np.ndarray], texts: list[str]) -> LongFile:
     }
     parts: list[np.ndarray] = []
     quiet: list[tuple[str, float, float]] = []
+    spans: list[tuple[float, float]] = []
     t = 0
     for i in range(clips):
         if i in stretches:
@@ -66,8 +68,9 @@ def build_long_file(audios: list[np.ndarray], texts: list[str]) -> LongFile:
             parts += [audio, gap]
             t += len(audio) + len(gap)
         parts += [audios[i].astype(np.float32), gap]
+        spans.append((t / SAMPLE_RATE_HZ, (t + len(audios[i])) / SAMPLE_RATE_HZ))
         t += len(audios[i]) + len(gap)
-    return LongFile(np.concatenate(parts), " ".join(texts), tuple(quiet), clips)
+    return LongFile(np.concatenate(parts), " ".join(texts), tuple(quiet), clips, tuple(spans))
 
 
 def inside(seg_start: float, seg_end: float, start: float, end: float) -> bool:
@@ -87,13 +90,20 @@ def judge(long: LongFile, segments, metric, normalizer) -> dict:
         for kind, start, end in long.quiet:
             if normalise(seg.text) and inside(seg.start, seg.end, start, end):
                 in_quiet[kind].append(seg.text.strip())
+    # A clip no segment with text reaches: lost wholesale, as a skipped window loses its
+    # clips (dropped words inside a segment's time show in the error rate instead).
+    lost = sum(
+        1
+        for a, b in long.spans
+        if not any(normalise(seg.text) and seg.start < b and seg.end > a for seg in segments)
+    )
     keys = [normalise(seg.text) for seg in segments]
     repeats = sum(1 for a, b in itertools.pairwise(keys) if a and a == b)
     starts = [seg.start for seg in segments]
     in_order = all(b >= a - 0.01 for a, b in itertools.pairwise(starts))
     return {"metric": s.metric, "error": s.normalized, "segments": len(segments),
             "in_quiet": in_quiet, "repeats": repeats, "in_order": in_order,
-            "text": text}  # fmt: skip
+            "clips_lost": lost, "text": text}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,3 +53,7 @@ def test_judge_counts_text_in_quiet_and_repeats():
     assert r["in_quiet"] == {"silence": ["Thank you."], "noise": []}
     assert r["repeats"] == 1 and r["in_order"]
     assert r["error"] > 0  # "thank you" and the repeated words are insertions
+    assert r["clips_lost"] == 0
+    # Without the last segment, the two clips after the noise have no text over them.
+    assert lfc.judge(long, segs[:-1], metric, norm)["clips_lost"] == 2
+    assert long.spans[4] == pytest.approx((e2 + 1.0, e2 + 3.0))
