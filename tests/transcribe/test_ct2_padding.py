@@ -65,3 +65,31 @@ def test_short_clips_reach_the_encoder_padded_with_silence_as_in_training(
         # Each row is one clip's training frames (sorted by length on the short window).
         errors = [np.abs(got - e[:, :width]).max() for e in expected]
         assert min(errors) < 1e-4, errors
+
+
+def test_a_segment_decoded_from_the_padding_alone_is_dropped(tiny_whisper_dir: Path) -> None:
+    """A lone clip goes to faster-whisper's sequential transcribe padded to 30 s; a segment
+    that starts after the clip's end was read from that silence and is not kept."""
+    pytest.importorskip("faster_whisper")
+    from types import SimpleNamespace
+
+    from fitwhisper.models.resolve import resolve_model
+    from fitwhisper.transcribe.options import TranscribeOptions
+    from fitwhisper.transcribe.run import EngineChoice, make_engine
+
+    opts = TranscribeOptions(vad=False, max_new_tokens=4, compute_type="float32")
+    engine = make_engine(resolve_model(str(tiny_whisper_dir)), opts,
+                         EngineChoice("ct2", "cpu", "test"))  # fmt: skip
+    seen = []
+
+    def transcribe(audio, **kw):
+        seen.append(len(audio))
+        seg = dict(words=None, avg_logprob=-0.1, no_speech_prob=0.1, compression_ratio=1.0)
+        segments = [SimpleNamespace(start=0.0, end=1.4, text=" one", **seg),
+                    SimpleNamespace(start=1.5, end=3.0, text=" you", **seg)]  # fmt: skip
+        return iter(segments), SimpleNamespace(language="en")
+
+    engine.model.transcribe = transcribe
+    (t,) = engine.transcribe(["clip"], [np.zeros(24_000, dtype=np.float32)])  # 1.5 s
+    assert seen == [30 * 16_000]
+    assert [s.text for s in t.segments] == [" one"] and t.duration_s == 1.5
