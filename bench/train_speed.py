@@ -101,7 +101,16 @@ GROUPING = [
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.1",
       "--group_by_duration"], True),
 ]  # fmt: skip
-ROWS = {"speed": CONFIGS, "encoder_input": ENCODER_INPUT, "grouping": GROUPING}
+# Mixed input with a few 30 s windows of several timestamped clips (`--rows packed_windows`).
+PACKED_WINDOWS = [
+    ENCODER_INPUT[0],
+    ENCODER_INPUT[2],
+    ("fitwhisper mixed 5% + packed_window_share 0.03",
+     ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.05",
+      "--packed_window_share", "0.03", *UNGROUPED], True),
+]  # fmt: skip
+ROWS = {"speed": CONFIGS, "encoder_input": ENCODER_INPUT, "grouping": GROUPING,
+        "packed_windows": PACKED_WINDOWS}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(ROWS),
         default="speed",
         help="speed: each speed option; encoder_input: the default candidates; grouping: "
-        "the default with length-grouped batches.",
+        "the default with length-grouped batches; packed_windows: the default with 30 s "
+        "windows of several clips.",
     )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

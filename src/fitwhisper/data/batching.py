@@ -36,7 +36,8 @@ class LengthGroupedTrainerMixin:
     def _get_train_sampler(self, train_dataset=None):
         ds = train_dataset if train_dataset is not None else self.train_dataset
         lengths = getattr(ds, "lengths", None)
-        if not self.group_by_length or lengths is None:
+        grouped = self.group_by_length or getattr(ds, "batches_by_kind", False)
+        if not grouped or lengths is None:
             return super()._get_train_sampler(train_dataset)
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -159,9 +160,16 @@ def training_data(
 
         share = cfg.full_window_share if mode == "mixed" else 0.0
         allow_short_input(model)
-        record_training_window(model, mode, share)
         log.info(describe_trimming(mode, lengths, cfg.per_device_train_batch_size, share))
-        return WithDurations(dataset, lengths), TrimmedCollator(collator, full_share=share)
+        items = None
+        if mode == "mixed" and not (cfg.pack_clips or cfg.cache_encoder_outputs):
+            from fitwhisper.data import mixed_windows
+
+            items = mixed_windows.with_windows(dataset, lengths, cfg, language=language)
+            if items is not None:
+                log.info(mixed_windows.describe(items))
+        record_training_window(model, mode, share, items.n_windows / len(items) if items else 0.0)
+        return items or WithDurations(dataset, lengths), TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
         return WithDurations(dataset, lengths), _DropFrames(collator)
     return dataset, collator

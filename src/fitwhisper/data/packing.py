@@ -59,6 +59,7 @@ def pack_windows(
     window_s: float = WINDOW_S,
     max_label_tokens: int = 448,
     single_clip_share: float = 0.0,
+    several_share: float | None = None,
 ) -> list[Window]:
     """Greedy packing of consecutive rows into windows of at most `window_s` seconds.
 
@@ -72,6 +73,8 @@ def pack_windows(
         label_tokens: each row's transcript length in tokens, special tokens excluded.
         language: the run's language; a row's own wins.
         single_clip_share: the share of windows, evenly spread, that hold one clip only.
+        several_share: instead, the share of windows, evenly spread, that may hold several
+            clips (the first such window is the 1/several_share-th, so a few clips get none).
     """
     prefix_len = 4  # <|sot|><|lang|><|task|> ... <|endoftext|>
     windows: list[Window] = []
@@ -85,7 +88,7 @@ def pack_windows(
         tokens = label_tokens[i] + 2
         fits = (
             cur
-            and not _spread(len(windows), single_clip_share)
+            and not _single(len(windows), single_clip_share, several_share)
             and lang == cur_lang
             and cur_s + aligned <= window_s
             and cur_tokens + tokens <= max_label_tokens
@@ -102,15 +105,23 @@ def pack_windows(
     return windows
 
 
-def windows_for(
-    rows: Sequence[Row], durations_s: Sequence[float], tokenizer, cfg, *, language: str | None
-) -> list[Window]:
-    """The windows `train --pack_clips` makes of these rows under the run's `TrainConfig`."""
+def windows_for(rows: Sequence[Row], durations_s: Sequence[float], tokenizer, cfg, *,
+                language: str | None, several_share: float | None = None,
+                ) -> list[Window]:  # fmt: skip
+    """The windows `train --pack_clips` makes of these rows under the run's `TrainConfig`,
+    or with `several_share` (see pack_windows) those of `--encoder_input mixed`."""
     tokens = [len(tokenizer(r.text or "", add_special_tokens=False).input_ids) for r in rows]
     return pack_windows(
         rows, durations_s, tokens, language=language,
-        single_clip_share=cfg.packed_single_clip_share,
+        single_clip_share=cfg.packed_single_clip_share, several_share=several_share,
     )  # fmt: skip
+
+
+def _single(i: int, single_clip_share: float, several_share: float | None) -> bool:
+    """Whether window i must hold one clip only."""
+    if several_share is not None:
+        return not _spread(i, several_share)
+    return _spread(i, single_clip_share)
 
 
 def _spread(i: int, share: float) -> bool:

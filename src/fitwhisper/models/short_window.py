@@ -42,11 +42,15 @@ def allow_short_input(model) -> None:
 CONFIG_KEY = "fitwhisper_encoder_input"
 
 
-def record_training_window(model, mode: str, full_share: float) -> None:
+def record_training_window(model, mode: str, full_share: float, packed_share: float = 0.0) -> None:
     """Write into the model's config (saved with every checkpoint and final/) that it
-    trains on trimmed input, so inference may encode short clips on their own length."""
+    trains on trimmed input, so inference may encode short clips on their own length.
+    `packed_share`: the share of training items that were 30 s windows of several clips."""
     config = model.config
-    setattr(config, CONFIG_KEY, {"mode": mode, "full_window_share": full_share})
+    record = {"mode": mode, "full_window_share": full_share}
+    if packed_share:
+        record["packed_window_share"] = round(packed_share, 4)
+    setattr(config, CONFIG_KEY, record)
 
 
 def trained_window(config) -> str:

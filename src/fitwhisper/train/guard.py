@@ -48,6 +48,10 @@ class _Tagged(Dataset):
     def lengths(self):  # the length-grouped sampler's durations, when the base has them
         return getattr(self.base, "lengths", None)
 
+    @property
+    def batches_by_kind(self) -> bool:  # data/mixed_windows.py
+        return getattr(self.base, "batches_by_kind", False)
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {**self.base[i], ITEMS_KEY: i}
 

@@ -84,6 +84,8 @@ def _encoder_input_problems(cfg: TrainConfig) -> list[str]:
         )
     if not 0 <= (share := cfg.full_window_share) <= 1:
         problems.append(f"--full_window_share must be in [0, 1], got {share}")
+    if not 0 <= (share := cfg.packed_window_share) < 1:
+        problems.append(f"--packed_window_share must be in [0, 1), got {share}")
     return problems
 
 
