@@ -7,5 +7,6 @@
 - `features`: log-mel features and labels made as batches are drawn, and the collator
 - `batching`: length-grouped order and batches trimmed to their longest clip
 - `packing`: several short clips in one 30 s window (`--pack_clips`)
+- `mixed_windows`: a few such windows among single clips (`--packed_window_share`)
 - `encoder_cache`: a frozen encoder's outputs computed once (`--cache_encoder_outputs`)
 """
