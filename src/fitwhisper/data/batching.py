@@ -168,8 +168,12 @@ def training_data(
             items = mixed_windows.with_windows(dataset, lengths, cfg, language=language)
             if items is not None:
                 log.info(mixed_windows.describe(items))
-        record_training_window(model, mode, share, items.n_windows / len(items) if items else 0.0)
-        return items or WithDurations(dataset, lengths), TrimmedCollator(collator, full_share=share)
+        if items is None:
+            items, packed_share = WithDurations(dataset, lengths), 0.0
+        else:
+            packed_share = items.n_windows / len(items)
+        record_training_window(model, mode, share, packed_share)
+        return items, TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
         return WithDurations(dataset, lengths), _DropFrames(collator)
     return dataset, collator

@@ -30,12 +30,16 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fitwhisper.data.packing import PackedDataset, Window, has_timestamp_tokens, windows_for
+from fitwhisper.data.batching import FRAMES_PER_S
+from fitwhisper.data.packing import (
+    WINDOW_S,
+    PackedDataset,
+    Window,
+    has_timestamp_tokens,
+    windows_for,
+)
 
 log = logging.getLogger(__name__)
-
-FRAMES_PER_S = 100
-FULL_S = 30.0
 
 
 class ClipsAndWindows(Dataset):
@@ -61,7 +65,7 @@ class ClipsAndWindows(Dataset):
             if len(w.rows) > 1:
                 self._packed_index[i] = len(self._packed_index)
         self._durations = [
-            FULL_S if i in self._packed_index else durations_s[w.rows[0]]
+            WINDOW_S if i in self._packed_index else durations_s[w.rows[0]]
             for i, w in enumerate(self.windows)
         ]
         self.by_duration = by_duration
@@ -80,7 +84,7 @@ class ClipsAndWindows(Dataset):
             return list(self._durations)
         # The kind alone: windows of several clips sort before single clips, and the
         # sampler's stable sort leaves each kind in its random order.
-        return [FULL_S if i in self._packed_index else 1.0 for i in range(len(self))]
+        return [WINDOW_S if i in self._packed_index else 1.0 for i in range(len(self))]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         k = self._packed_index.get(i)
@@ -92,10 +96,10 @@ class ClipsAndWindows(Dataset):
 
 def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | None):
     """`clips` (a SpeechDataset) with `cfg.packed_window_share` of its items made windows of
-    several clips, or None when there is nothing to pack (share 0, too few clips, or a
-    tokenizer without timestamp tokens)."""
+    several clips, or None when there is nothing to pack (share 0, fewer windows than one in
+    1/share, or a tokenizer without timestamp tokens)."""
     share = cfg.packed_window_share
-    if share <= 0 or len(clips.rows) < 2:
+    if share <= 0:
         return None
     tokenizer = clips.processor.tokenizer
     if not has_timestamp_tokens(tokenizer):
