@@ -29,26 +29,70 @@ FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
 
 class LengthGroupedTrainerMixin:
     """Put before a Trainer class: with `group_by_length` set on the mixin, the training
-    sampler groups clips of similar duration (`train_dataset.lengths`, seconds)."""
+    sampler groups clips of similar duration (`train_dataset.lengths`, seconds); a dataset
+    of clips and windows of several clips (`is_window`, data/mixed_windows.py) gets batches
+    of one kind each."""
 
     group_by_length: bool = False
 
     def _get_train_sampler(self, train_dataset=None):
         ds = train_dataset if train_dataset is not None else self.train_dataset
         lengths = getattr(ds, "lengths", None)
-        grouped = self.group_by_length or getattr(ds, "batches_by_kind", False)
-        if not grouped or lengths is None:
+        if not self.group_by_length or lengths is None:
             return super()._get_train_sampler(train_dataset)
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
         # Lengths in 10 ms frames: LengthGroupedSampler sorts integers.
         frames = [math.ceil(round(s * FRAMES_PER_S, 6)) for s in lengths]  # 1.09 s: 109
-        # Its groups are sized in optimizer steps of the whole run: every rank draws the
-        # same order (same seed) and accelerate deals its batches out in turn, so N
-        # processes take the clips one process takes with N times the accumulation.
+        return LengthGroupedSampler(self._step_items(), lengths=frames)
+
+    def _step_items(self) -> int:
+        # Groups are sized in optimizer steps of the whole run: every rank draws the same
+        # order (same seed) and accelerate deals its batches out in turn, so N processes
+        # take the clips one process takes with N times the accumulation.
         args = self.args
-        step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
-        return LengthGroupedSampler(step, lengths=frames)
+        return args.train_batch_size * args.gradient_accumulation_steps * args.world_size
+
+    def get_train_dataloader(self):
+        ds = self.train_dataset
+        is_window = getattr(ds, "is_window", None)
+        if is_window is None:
+            return super().get_train_dataloader()
+        from functools import partial
+
+        from torch.utils.data import DataLoader
+        from transformers.trainer_utils import seed_worker
+
+        from fitwhisper.data.mixed_windows import KindBatches
+
+        args = self.args
+        lengths = ds.lengths if self.group_by_length else None
+        batches = KindBatches(is_window, self._train_batch_size, seed=args.seed,
+                              lengths=lengths, group=self._step_items())  # fmt: skip
+        # Trainer's own DataLoader settings, with a batch sampler in place of its sampler.
+        workers = args.dataloader_num_workers
+        loader = DataLoader(
+            ds,
+            batch_sampler=batches,
+            collate_fn=self._get_collator_with_removed_columns(self.data_collator, "training"),
+            num_workers=workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
+            prefetch_factor=args.dataloader_prefetch_factor,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=args.process_index),
+        )
+        return self.accelerator.prepare(loader)
+
+
+def items_per_epoch(ds, batch: int) -> int:
+    """The items of an epoch as Trainer's step count sees them: `len(ds)`, or for batches
+    of one kind each (data/mixed_windows.py) every batch counted whole."""
+    is_window = getattr(ds, "is_window", None)
+    if is_window is None:
+        return len(ds)
+    from fitwhisper.data.mixed_windows import kind_batch_count
+
+    return batch * kind_batch_count(is_window, batch)
 
 
 class WithDurations(Dataset):

@@ -1,5 +1,5 @@
 """30 s windows of several clips among the single clips of `--encoder_input mixed`
-(`--packed_window_share`, opt-in).
+(`--packed_window_share`), batched apart from them.
 
 Trained on trimmed batches, a model meets one clip at a time, each cut to its own length;
 long audio reaches it as 30 s windows that hold several utterances and pauses, decoded with
@@ -10,15 +10,10 @@ the items made windows of several consecutive clips, joined to up to 30 s and la
 Whisper's timestamp format (`data/packing.py`), the same runs lost 0.0%, 0.0%, 1.6%;
 on 400 strings the long file went from 9.21% to 1.32% WER (bench/RESULTS-train-speed.md).
 
-It is opt-in because of speed on small data sets: windows are batched apart from single
-clips, but where the two kinds meet (once per megabatch of transformers'
-`LengthGroupedSampler`) the batch runs at 30 s, and with only a few windows those batches
-are most of what the windows cost: `offline/base` on 80 Mandarin sentences trained at 0.56x
-the speed of mixed input without windows.
-
-Windows of several clips stay at 30 s (the collator keeps a batch at the window of its
-longest item). The sampler is handed each item's kind as its length, and its stable sort
-keeps random order within a kind; with `--group_by_duration` it gets the real durations.
+A window costs about what its clips cost alone (30 s of audio either way); a single clip in
+a batch with a window would cost a 30 s encoder pass. So `KindBatches` never mixes the two:
+windows go in batches of their own (a short one where there are fewer than a batch), clips
+in theirs, and an epoch has at most one batch more than the same items batched at random.
 """
 
 from __future__ import annotations
@@ -28,7 +23,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from torch.utils.data import Dataset
+import torch
+from torch.utils.data import Dataset, Sampler
 
 from fitwhisper.data.batching import FRAMES_PER_S
 from fitwhisper.data.packing import (
@@ -49,13 +45,13 @@ class ClipsAndWindows(Dataset):
 
     `rows` and `windows` (one per item, a lone clip's being its row) name the clips behind
     an item (train/guard.py); `frames` is what the trimming collator keeps (a window of
-    several clips: all 30 s); `lengths` is what the length-grouped sampler sorts on.
+    several clips: all 30 s); `is_window` tells the trainer's `KindBatches` which items to
+    batch together; `lengths` are the durations it groups single clips by
+    (`--group_by_duration`).
     """
 
-    batches_by_kind = True  # the trainer then batches with LengthGroupedSampler
-
     def __init__(self, clips, packed: PackedDataset, windows: Sequence[Window],
-                 durations_s: Sequence[float], *, by_duration: bool) -> None:  # fmt: skip
+                 durations_s: Sequence[float]) -> None:  # fmt: skip
         self.clips = clips
         self.packed = packed
         self.rows = clips.rows
@@ -68,7 +64,6 @@ class ClipsAndWindows(Dataset):
             WINDOW_S if i in self._packed_index else durations_s[w.rows[0]]
             for i, w in enumerate(self.windows)
         ]
-        self.by_duration = by_duration
 
     def __len__(self) -> int:
         return len(self.windows)
@@ -79,12 +74,12 @@ class ClipsAndWindows(Dataset):
         return len(self._packed_index)
 
     @property
+    def is_window(self) -> list[bool]:
+        return [i in self._packed_index for i in range(len(self))]
+
+    @property
     def lengths(self) -> list[float]:
-        if self.by_duration:
-            return list(self._durations)
-        # The kind alone: windows of several clips sort before single clips, and the
-        # sampler's stable sort leaves each kind in its random order.
-        return [WINDOW_S if i in self._packed_index else 1.0 for i in range(len(self))]
+        return list(self._durations)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         k = self._packed_index.get(i)
@@ -92,6 +87,56 @@ class ClipsAndWindows(Dataset):
         item.pop("clip_frames", None)
         item["frames"] = math.ceil(self._durations[i] * FRAMES_PER_S)
         return item
+
+
+class KindBatches(Sampler[list[int]]):
+    """The training batches of a `ClipsAndWindows`: windows of several clips in batches of
+    their own, single clips in theirs, in random order.
+
+    Epoch e draws from a generator seeded with `seed + e` (Trainer calls `set_epoch`), as
+    accelerate's seedable sampler does: a resumed run draws the epoch it stopped in again
+    and skips what it trained, and every process, seeded alike, draws the same order for
+    accelerate to deal out in turn. With `lengths` (seconds; `--group_by_duration`), single
+    clips are put in transformers' length-grouped order first, in groups of `group` items
+    (an optimizer step of the whole run), so a batch holds clips of similar duration.
+    """
+
+    def __init__(self, is_window: Sequence[bool], batch: int, *, seed: int = 0,
+                 lengths: Sequence[float] | None = None, group: int = 1) -> None:  # fmt: skip
+        self.is_window = list(is_window)
+        self.batch = batch
+        self.seed = seed
+        self.epoch = 0
+        self.lengths = None if lengths is None else list(lengths)
+        self.group = max(group, batch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return kind_batch_count(self.is_window, self.batch)
+
+    def __iter__(self):
+        rng = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.is_window), generator=rng).tolist()
+        windows = [i for i in order if self.is_window[i]]
+        singles = [i for i in order if not self.is_window[i]]
+        if self.lengths is not None and singles:
+            from transformers.trainer_pt_utils import get_length_grouped_indices
+
+            frames = [round(self.lengths[i] * FRAMES_PER_S) for i in singles]
+            grouped = get_length_grouped_indices(frames, self.group, generator=rng)
+            singles = [singles[j] for j in grouped]
+        b = self.batch
+        batches = [kind[k : k + b] for kind in (windows, singles) for k in range(0, len(kind), b)]
+        for k in torch.randperm(len(batches), generator=rng).tolist():
+            yield batches[k]
+
+
+def kind_batch_count(is_window: Sequence[bool], batch: int) -> int:
+    """The batches an epoch of `KindBatches` has: each kind's last one may be short."""
+    n_windows = sum(is_window)
+    return -(-n_windows // batch) + -(-(len(is_window) - n_windows) // batch)
 
 
 def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | None):
@@ -115,8 +160,7 @@ def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | No
         return None
     packed = PackedDataset(clips.rows, several, clips.processor, language=language,
                            task=clips.task, timestamp_fraction=1.0)  # fmt: skip
-    return ClipsAndWindows(clips, packed, windows, durations_s,
-                           by_duration=cfg.group_by_duration)  # fmt: skip
+    return ClipsAndWindows(clips, packed, windows, durations_s)
 
 
 def describe(ds: ClipsAndWindows) -> str:
