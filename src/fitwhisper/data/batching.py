@@ -84,17 +84,6 @@ class LengthGroupedTrainerMixin:
         return self.accelerator.prepare(loader)
 
 
-def items_per_epoch(ds, batch: int) -> int:
-    """The items of an epoch as Trainer's step count sees them: `len(ds)`, or for batches
-    of one kind each (data/mixed_windows.py) every batch counted whole."""
-    is_window = getattr(ds, "is_window", None)
-    if is_window is None:
-        return len(ds)
-    from fitwhisper.data.mixed_windows import kind_batch_count
-
-    return batch * kind_batch_count(is_window, batch)
-
-
 class WithDurations(Dataset):
     """A dataset's items plus `frames`, the clip's length in log-mel frames, and `lengths`
     (seconds) for the length-grouped sampler."""
@@ -204,7 +193,6 @@ def training_data(
 
         share = cfg.full_window_share if mode == "mixed" else 0.0
         allow_short_input(model)
-        log.info(describe_trimming(mode, lengths, cfg.per_device_train_batch_size, share))
         items = None
         if mode == "mixed" and not (cfg.pack_clips or cfg.cache_encoder_outputs):
             from fitwhisper.data import mixed_windows
@@ -212,35 +200,61 @@ def training_data(
             items = mixed_windows.with_windows(dataset, lengths, cfg, language=language)
             if items is not None:
                 log.info(mixed_windows.describe(items))
+        batch = cfg.per_device_train_batch_size
+        log.info(describe_trimming(mode, lengths, batch, share, windows=items))
+        record_training_window(model, mode, share, items)
         if items is None:
-            items, packed_share = WithDurations(dataset, lengths), 0.0
-        else:
-            packed_share = items.n_windows / len(items)
-        record_training_window(model, mode, share, packed_share)
-        return items, TrimmedCollator(collator, full_share=share)
+            return WithDurations(dataset, lengths), TrimmedCollator(collator, full_share=share)
+        # The windows' batches run at 30 s: they stand for as many of the 30 s batches.
+        singles = len(items) - items.n_windows
+        rest = mixed_windows.single_full_share(share, items.n_windows, singles, batch)
+        return items, TrimmedCollator(collator, full_share=rest)
     if cfg.group_by_duration:
         return WithDurations(dataset, lengths), _DropFrames(collator)
     return dataset, collator
 
 
 def encoder_frame_share(durations_s: Sequence[float], batch_size: int, full_share: float,
-                        *, draws: int = 500, seed: int = 0) -> float:  # fmt: skip
+                        *, windows: int = 0, clips_in_windows: int = 0, draws: int = 500,
+                        seed: int = 0) -> float:  # fmt: skip
     """The expected share of a 30 s run's encoder frames that trimmed batches of
-    `batch_size` clips drawn at random feed the encoder (`full_share` of them at 30 s)."""
-    if not durations_s:
+    `batch_size` clips drawn at random feed the encoder (`full_share` of them at 30 s),
+    where `clips_in_windows` more clips train in `windows` 30 s windows of several clips
+    (data/mixed_windows.py; `durations_s` are the clips that train alone, some of them in
+    the windows' 30 s batches)."""
+    from fitwhisper.data.mixed_windows import single_full_share
+
+    n_clips = len(durations_s) + clips_in_windows
+    if not n_clips:
         return 1.0
-    frames = np.ceil(np.asarray(durations_s, dtype=np.float64) * FRAMES_PER_S).astype(int)
-    rng = np.random.default_rng(seed)
-    size = min(batch_size, len(frames))
-    longest = [frames[rng.choice(len(frames), size, replace=False)].max() for _ in range(draws)]
-    trimmed = np.mean([short_frames(int(f)) for f in longest]) / FULL_FRAMES
-    return full_share + (1 - full_share) * float(trimmed)
+    singles = len(durations_s)
+    topped_up = min(singles, -(-windows // batch_size) * batch_size - windows)
+    per_single = 0.0
+    if singles:
+        share = (
+            single_full_share(full_share, windows, singles, batch_size) if windows else full_share
+        )
+        frames = np.ceil(np.asarray(durations_s, dtype=np.float64) * FRAMES_PER_S).astype(int)
+        rng = np.random.default_rng(seed)
+        size = min(batch_size, len(frames))
+        longest = [frames[rng.choice(len(frames), size, replace=False)].max()
+                   for _ in range(draws)]  # fmt: skip
+        trimmed = np.mean([short_frames(int(f)) for f in longest]) / FULL_FRAMES
+        per_single = share + (1 - share) * float(trimmed)
+    return (windows + topped_up + (singles - topped_up) * per_single) / n_clips
 
 
 def describe_trimming(mode: str, durations_s: Sequence[float], batch_size: int,
-                      full_share: float) -> str:  # fmt: skip
-    """One log line: what --encoder_input trimmed/mixed saves on these clips."""
-    share = encoder_frame_share(durations_s, batch_size, full_share)
+                      full_share: float, windows=None) -> str:  # fmt: skip
+    """One log line: what --encoder_input trimmed/mixed saves on these clips (`windows`:
+    the run's `ClipsAndWindows`, if some clips train in windows of several)."""
+    singles = list(durations_s)
+    extra = {}
+    if windows is not None:
+        alone = {w.rows[0] for w in windows.windows if len(w.rows) == 1}
+        singles = [d for i, d in enumerate(durations_s) if i in alone]
+        extra = {"windows": windows.n_windows, "clips_in_windows": len(durations_s) - len(alone)}
+    share = encoder_frame_share(singles, batch_size, full_share, **extra)
     kept = f", {full_share:.0%} of them kept at 30 s" if mode == "mixed" else ""
     return (
         f"--encoder_input {mode}: batches cut to their longest clip{kept}; the encoder "

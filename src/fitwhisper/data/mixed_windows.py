@@ -90,8 +90,13 @@ class ClipsAndWindows(Dataset):
 
 
 class KindBatches(Sampler[list[int]]):
-    """The training batches of a `ClipsAndWindows`: windows of several clips in batches of
-    their own, single clips in theirs, in random order.
+    """The training batches of a `ClipsAndWindows`: the windows of several clips together
+    (the last of their batches topped up with single clips), then the single clips, the
+    batches in random order. As many batches as the items batched at random.
+
+    The windows' batches run at 30 s (a window fills it); they stand for as many of the
+    `--full_window_share` batches (`single_full_share`), so the windows cost about what
+    their clips would alone.
 
     Epoch e draws from a generator seeded with `seed + e` (Trainer calls `set_epoch`), as
     accelerate's seedable sampler does: a resumed run draws the epoch it stopped in again
@@ -114,7 +119,7 @@ class KindBatches(Sampler[list[int]]):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return kind_batch_count(self.is_window, self.batch)
+        return -(-len(self.is_window) // self.batch)
 
     def __iter__(self):
         rng = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -128,15 +133,23 @@ class KindBatches(Sampler[list[int]]):
             grouped = get_length_grouped_indices(frames, self.group, generator=rng)
             singles = [singles[j] for j in grouped]
         b = self.batch
-        batches = [kind[k : k + b] for kind in (windows, singles) for k in range(0, len(kind), b)]
+        # Windows first, then single clips, cut in batches: only the windows' last batch
+        # holds both kinds.
+        items = windows + singles
+        batches = [items[k : k + b] for k in range(0, len(items), b)]
         for k in torch.randperm(len(batches), generator=rng).tolist():
             yield batches[k]
 
 
-def kind_batch_count(is_window: Sequence[bool], batch: int) -> int:
-    """The batches an epoch of `KindBatches` has: each kind's last one may be short."""
-    n_windows = sum(is_window)
-    return -(-n_windows // batch) + -(-(len(is_window) - n_windows) // batch)
+def single_full_share(full_share: float, n_windows: int, n_singles: int, batch: int) -> float:
+    """The share of single-clip batches to keep at 30 s so that, with the windows' batches
+    (all at 30 s), about `full_share` of an epoch's batches are."""
+    window_batches = -(-n_windows // batch)
+    single_batches = -(-(n_windows + n_singles) // batch) - window_batches
+    if single_batches <= 0:
+        return 0.0
+    total = window_batches + single_batches
+    return max(0.0, (full_share * total - window_batches) / single_batches)
 
 
 def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | None):

@@ -92,7 +92,6 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
     from transformers import set_seed
 
-    from fitwhisper.data.batching import items_per_epoch
     from fitwhisper.train import ranks, record, resume, rows, setup
 
     # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
@@ -147,8 +146,7 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     #    resuming; a run resumed at its last step only loads that checkpoint) and save a
     #    from_pretrained-ready model with its processor, written aside and renamed into
     #    place; with load_best_model_at_end, trainer.model is the best checkpoint's.
-    drawn = items_per_epoch(data.train_ds, train_cfg.per_device_train_batch_size)
-    step, loss = resume.train_or_finish(trainer, resume_from, drawn)
+    step, loss = resume.train_or_finish(trainer, resume_from, len(data.train_ds))
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = _save_final(trainer, processor, out, model_cfg)
 

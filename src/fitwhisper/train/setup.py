@@ -115,7 +115,6 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
             callbacks: tuple = (), resumed_step: int | None = None):  # fmt: skip
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
-    from fitwhisper.data.batching import items_per_epoch
     from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
     from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.watch import MemoryWatch
@@ -134,9 +133,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
                                      metric, normalizer)  # fmt: skip
     # Steps count what the sampler draws: clips, or packed windows of several clips.
     unit = "packed windows" if train_cfg.pack_clips else "training clips"
-    drawn = items_per_epoch(data.train_ds, train_cfg.per_device_train_batch_size)
-    parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit,
-                   drawn=drawn)  # fmt: skip
+    parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit)
     guard = NonFiniteGuard(data.train_ds, train_cfg.on_nonfinite)
     built = parts.trainer_class(train_cfg, fingerprint)(
         model=loaded,

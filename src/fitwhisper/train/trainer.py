@@ -154,15 +154,10 @@ def log_plan(
     *,
     resumed_step: int | None = None,
     unit: str = "training clips",
-    drawn: int | None = None,
 ) -> None:
-    """One log line of the run's batches and steps; `drawn`: the items an epoch counts as
-    (data/batching.py `items_per_epoch`) where that is not `n_rows`."""
     processes = max(args.world_size, 1)
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * processes
-    steps, steps_per_epoch = planned_steps(
-        n_rows if drawn is None else drawn, effective, cfg.max_steps, cfg.num_train_epochs
-    )
+    steps, steps_per_epoch = planned_steps(n_rows, effective, cfg.max_steps, cfg.num_train_epochs)
     epochs = steps / steps_per_epoch if cfg.max_steps > 0 else cfg.num_train_epochs
     log.info(
         "effective batch = %d x %d x %d process(es) = %d; %d %s; "
