@@ -60,66 +60,51 @@ def test_a_share_of_items_are_timestamped_30_s_windows_the_rest_the_clips_themse
     assert alone["labels"] == own["labels"] and alone["frames"] == 250
 
 
-def _many(clips: SpeechDataset, n: int = 600, durations=None):
-    # The sampler reads kinds and lengths only: rows without audio.
-    rows = [Row(index=i, line=i + 1, audio=None, text=f"clip {i}") for i in range(n)]
-    many = SpeechDataset(rows, clips.processor)
-    durations = [DURATION_S] * n if durations is None else durations
-    return with_windows(many, durations, _cfg(0.1), language=None)
-
-
-def test_windows_ride_together_in_batches_at_30_s_in_random_order(clips: SpeechDataset) -> None:
+def test_windows_and_clips_are_batched_apart_in_random_order(clips: SpeechDataset) -> None:
     import torch
 
-    from fitwhisper.data.mixed_windows import KindBatches, single_full_share
+    from fitwhisper.data.batching import LengthGroupedTrainerMixin
     from fitwhisper.train.guard import tagged
 
-    ds, _ = tagged(_many(clips), None)  # as the trainer sees it
-    kinds = ds.is_window
-    n_windows = sum(kinds)
-    assert 20 < n_windows < 60 and n_windows % 4 != 0  # the windows' last batch is topped up
-    sampler = KindBatches(kinds, 4, seed=7)
-    batches = list(sampler)
-    assert len(batches) == len(sampler) == -(-len(ds) // 4)  # as many as Trainer counts
-    assert sorted(i for b in batches for i in b) == list(range(len(ds)))  # each item once
-    with_windows_ = [b for b in batches if any(kinds[i] for i in b)]
-    assert len(with_windows_) == -(-n_windows // 4)  # windows share batches only with windows
-    assert sum(len({kinds[i] for i in b}) > 1 for b in batches) == 1  # but the last
-    positions = [k for k, b in enumerate(batches) if b in with_windows_]
-    assert positions != list(range(len(positions)))  # spread over the epoch
-    singles = [i for b in batches for i in b if not kinds[i]]
-    assert singles != sorted(singles)  # the clips keep a random order
-    assert list(sampler) == batches  # the seed and epoch decide it: a resume draws the same
-    sampler.set_epoch(1)
-    assert list(sampler) != batches  # the next epoch draws anew
+    # The sampler reads lengths only: 600 rows without audio.
+    rows = [Row(index=i, line=i + 1, audio=None, text=f"clip {i}") for i in range(600)]
+    many = SpeechDataset(rows, clips.processor)
+    ds, _ = tagged(with_windows(many, [DURATION_S] * 600, _cfg(0.1), language=None), None)
+
+    class _Base:
+        def _get_train_sampler(self, train_dataset=None):
+            return "random order"
+
+    class _Trainer(LengthGroupedTrainerMixin, _Base):
+        group_by_length = False  # no --group_by_duration: the items' kind still groups
+
+    t = _Trainer()
+    t.args = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=1, world_size=1)
+    t.train_dataset = ds
+    sampler = t._get_train_sampler()
+    assert sampler != "random order"
+    kinds = [len(ds.base.windows[i].rows) > 1 for i in range(len(ds))]
+    assert 20 < sum(kinds) < 60
     torch.manual_seed(0)
-    assert list(KindBatches(kinds, 4, seed=8)) != batches  # the run's seed, not torch's RNG
-    assert list(KindBatches(kinds, 4, seed=7)) == batches
+    order = list(sampler)
+    assert sorted(order) == list(range(len(ds)))
+    batches = [order[i : i + 4] for i in range(0, len(order), 4)]
+    mixed = [b for b in batches if len({kinds[i] for i in b}) > 1]
+    # LengthGroupedSampler sorts megabatches of min(n // 16, 50) batches of 4 at a time.
+    megabatches = -(-len(ds) // (min(len(ds) // 16, 50) * 4))
+    assert len(mixed) <= megabatches, mixed  # only where a megabatch's two kinds meet
+    singles = [i for i in order if not kinds[i]]
+    assert singles != sorted(singles)  # the clips keep a random order
+    torch.manual_seed(0)
+    assert list(sampler) == order  # the trainer's seed decides it: a resume draws the same
 
-    # The windows' batches count among the 30 s batches: 150 batches, 10 of them windows',
-    # so for 10% in all 5 of the other 140 stay at 30 s; for 5% none need to.
-    assert single_full_share(0.1, 37, 563, 4) == pytest.approx(5 / 140)
-    assert single_full_share(0.05, 37, 563, 4) == 0.0
-    assert single_full_share(0.05, 0, 600, 4) == 0.05  # no windows: as asked
 
-
-def test_by_duration_single_clips_are_batched_with_clips_of_similar_length(
-    clips: SpeechDataset,
-) -> None:
-    from fitwhisper.data.mixed_windows import KindBatches
-
-    durations = [1.0 + (7 * i % 600) / 60 for i in range(600)]  # 1-11 s, shuffled
-    ds = _many(clips, durations=durations)
-    assert ds.lengths[0] == pytest.approx(1.0) and max(ds.lengths) == 30.0  # windows: 30 s
-    grouped = list(KindBatches(ds.is_window, 4, lengths=ds.lengths, group=4))
-    random = list(KindBatches(ds.is_window, 4))
-
-    def spread(batches):  # mean spread of durations within a batch of single clips
-        singles = [b for b in batches if not ds.is_window[b[0]]]
-        return np.mean([np.ptp([ds.lengths[i] for i in b]) for b in singles])
-
-    assert spread(grouped) < spread(random) / 5
-    assert sum(len({ds.is_window[i] for i in b}) > 1 for b in grouped) == 1
+def test_by_duration_the_sampler_gets_the_real_lengths(clips: SpeechDataset) -> None:
+    durations = [DURATION_S + 0.01 * i for i in range(len(clips.rows))]
+    ds = with_windows(clips, durations, _cfg(0.03, by_duration=True), language=None)
+    assert ds.lengths[0] == pytest.approx(DURATION_S) and ds.lengths[33] == 30.0
+    kind_only = with_windows(clips, durations, _cfg(0.03), language=None).lengths
+    assert set(kind_only) == {1.0, 30.0}
 
 
 def test_nothing_to_pack_leaves_the_clips_alone(clips: SpeechDataset) -> None:
@@ -154,18 +139,3 @@ def test_train_with_windows_logs_them_and_records_their_share(
     assert "7 of the 40 clips train in 1 window(s) of several clips" in capsys.readouterr().err
     record = WhisperConfig.from_pretrained(out / "final").fitwhisper_encoder_input
     assert record["packed_window_share"] == round(1 / 34, 4)
-
-
-def test_two_processes_share_the_kind_batches_between_them(clips: SpeechDataset) -> None:
-    from accelerate.data_loader import BatchSamplerShard
-
-    from fitwhisper.data.mixed_windows import KindBatches
-
-    ds = _many(clips, n=203)
-    sampler = KindBatches(ds.is_window, 4, seed=3)
-    # How `accelerator.prepare` deals batches to two processes (even_batches: the shorter
-    # rank repeats the epoch's first batches).
-    ranks = [list(BatchSamplerShard(sampler, num_processes=2, process_index=r)) for r in (0, 1)]
-    assert len(ranks[0]) == len(ranks[1]) == -(-len(sampler) // 2)
-    assert {i for r in ranks for b in r for i in b} == set(range(len(ds)))
-    assert [b for pair in zip(*ranks, strict=True) for b in pair][: len(sampler)] == list(sampler)

@@ -121,8 +121,7 @@ def test_resume_takes_the_newest_complete_checkpoint(tmp_path: Path, caplog) -> 
         ("--no-pack_clips",),
         # transformers' LengthGroupedSampler on the clips' durations (data/batching.py)
         ("--no-pack_clips", "--group_by_duration"),
-        # clips 0 and 1 alone, clips 2-5 in one window (data/mixed_windows.py KindBatches:
-        # an epoch's order from the seed and the epoch)
+        # clips 0 and 1 alone, clips 2-5 in one window of several (data/mixed_windows.py)
         ("--encoder_input", "mixed", "--packed_window_share", "0.4"),
     ],
     ids=["random", "group_by_duration", "clips_and_windows"],

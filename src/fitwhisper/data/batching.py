@@ -29,59 +29,26 @@ FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
 
 class LengthGroupedTrainerMixin:
     """Put before a Trainer class: with `group_by_length` set on the mixin, the training
-    sampler groups clips of similar duration (`train_dataset.lengths`, seconds); a dataset
-    of clips and windows of several clips (`is_window`, data/mixed_windows.py) gets batches
-    of one kind each."""
+    sampler groups clips of similar duration (`train_dataset.lengths`, seconds)."""
 
     group_by_length: bool = False
 
     def _get_train_sampler(self, train_dataset=None):
         ds = train_dataset if train_dataset is not None else self.train_dataset
         lengths = getattr(ds, "lengths", None)
-        if not self.group_by_length or lengths is None:
+        grouped = self.group_by_length or getattr(ds, "batches_by_kind", False)
+        if not grouped or lengths is None:
             return super()._get_train_sampler(train_dataset)
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
         # Lengths in 10 ms frames: LengthGroupedSampler sorts integers.
         frames = [math.ceil(round(s * FRAMES_PER_S, 6)) for s in lengths]  # 1.09 s: 109
-        return LengthGroupedSampler(self._step_items(), lengths=frames)
-
-    def _step_items(self) -> int:
-        # Groups are sized in optimizer steps of the whole run: every rank draws the same
-        # order (same seed) and accelerate deals its batches out in turn, so N processes
-        # take the clips one process takes with N times the accumulation.
+        # Its groups are sized in optimizer steps of the whole run: every rank draws the
+        # same order (same seed) and accelerate deals its batches out in turn, so N
+        # processes take the clips one process takes with N times the accumulation.
         args = self.args
-        return args.train_batch_size * args.gradient_accumulation_steps * args.world_size
-
-    def get_train_dataloader(self):
-        ds = self.train_dataset
-        is_window = getattr(ds, "is_window", None)
-        if is_window is None:
-            return super().get_train_dataloader()
-        from functools import partial
-
-        from torch.utils.data import DataLoader
-        from transformers.trainer_utils import seed_worker
-
-        from fitwhisper.data.mixed_windows import KindBatches
-
-        args = self.args
-        lengths = ds.lengths if self.group_by_length else None
-        batches = KindBatches(is_window, self._train_batch_size, seed=args.seed,
-                              lengths=lengths, group=self._step_items())  # fmt: skip
-        # Trainer's own DataLoader settings, with a batch sampler in place of its sampler.
-        workers = args.dataloader_num_workers
-        loader = DataLoader(
-            ds,
-            batch_sampler=batches,
-            collate_fn=self._get_collator_with_removed_columns(self.data_collator, "training"),
-            num_workers=workers,
-            pin_memory=args.dataloader_pin_memory,
-            persistent_workers=args.dataloader_persistent_workers,
-            prefetch_factor=args.dataloader_prefetch_factor,
-            worker_init_fn=partial(seed_worker, num_workers=workers, rank=args.process_index),
-        )
-        return self.accelerator.prepare(loader)
+        step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
+        return LengthGroupedSampler(step, lengths=frames)
 
 
 class WithDurations(Dataset):
@@ -193,6 +160,7 @@ def training_data(
 
         share = cfg.full_window_share if mode == "mixed" else 0.0
         allow_short_input(model)
+        log.info(describe_trimming(mode, lengths, cfg.per_device_train_batch_size, share))
         items = None
         if mode == "mixed" and not (cfg.pack_clips or cfg.cache_encoder_outputs):
             from fitwhisper.data import mixed_windows
@@ -200,61 +168,35 @@ def training_data(
             items = mixed_windows.with_windows(dataset, lengths, cfg, language=language)
             if items is not None:
                 log.info(mixed_windows.describe(items))
-        batch = cfg.per_device_train_batch_size
-        log.info(describe_trimming(mode, lengths, batch, share, windows=items))
-        record_training_window(model, mode, share, items)
         if items is None:
-            return WithDurations(dataset, lengths), TrimmedCollator(collator, full_share=share)
-        # The windows' batches run at 30 s: they stand for as many of the 30 s batches.
-        singles = len(items) - items.n_windows
-        rest = mixed_windows.single_full_share(share, items.n_windows, singles, batch)
-        return items, TrimmedCollator(collator, full_share=rest)
+            items, packed_share = WithDurations(dataset, lengths), 0.0
+        else:
+            packed_share = items.n_windows / len(items)
+        record_training_window(model, mode, share, packed_share)
+        return items, TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
         return WithDurations(dataset, lengths), _DropFrames(collator)
     return dataset, collator
 
 
 def encoder_frame_share(durations_s: Sequence[float], batch_size: int, full_share: float,
-                        *, windows: int = 0, clips_in_windows: int = 0, draws: int = 500,
-                        seed: int = 0) -> float:  # fmt: skip
+                        *, draws: int = 500, seed: int = 0) -> float:  # fmt: skip
     """The expected share of a 30 s run's encoder frames that trimmed batches of
-    `batch_size` clips drawn at random feed the encoder (`full_share` of them at 30 s),
-    where `clips_in_windows` more clips train in `windows` 30 s windows of several clips
-    (data/mixed_windows.py; `durations_s` are the clips that train alone, some of them in
-    the windows' 30 s batches)."""
-    from fitwhisper.data.mixed_windows import single_full_share
-
-    n_clips = len(durations_s) + clips_in_windows
-    if not n_clips:
+    `batch_size` clips drawn at random feed the encoder (`full_share` of them at 30 s)."""
+    if not durations_s:
         return 1.0
-    singles = len(durations_s)
-    topped_up = min(singles, -(-windows // batch_size) * batch_size - windows)
-    per_single = 0.0
-    if singles:
-        share = (
-            single_full_share(full_share, windows, singles, batch_size) if windows else full_share
-        )
-        frames = np.ceil(np.asarray(durations_s, dtype=np.float64) * FRAMES_PER_S).astype(int)
-        rng = np.random.default_rng(seed)
-        size = min(batch_size, len(frames))
-        longest = [frames[rng.choice(len(frames), size, replace=False)].max()
-                   for _ in range(draws)]  # fmt: skip
-        trimmed = np.mean([short_frames(int(f)) for f in longest]) / FULL_FRAMES
-        per_single = share + (1 - share) * float(trimmed)
-    return (windows + topped_up + (singles - topped_up) * per_single) / n_clips
+    frames = np.ceil(np.asarray(durations_s, dtype=np.float64) * FRAMES_PER_S).astype(int)
+    rng = np.random.default_rng(seed)
+    size = min(batch_size, len(frames))
+    longest = [frames[rng.choice(len(frames), size, replace=False)].max() for _ in range(draws)]
+    trimmed = np.mean([short_frames(int(f)) for f in longest]) / FULL_FRAMES
+    return full_share + (1 - full_share) * float(trimmed)
 
 
 def describe_trimming(mode: str, durations_s: Sequence[float], batch_size: int,
-                      full_share: float, windows=None) -> str:  # fmt: skip
-    """One log line: what --encoder_input trimmed/mixed saves on these clips (`windows`:
-    the run's `ClipsAndWindows`, if some clips train in windows of several)."""
-    singles = list(durations_s)
-    extra = {}
-    if windows is not None:
-        alone = {w.rows[0] for w in windows.windows if len(w.rows) == 1}
-        singles = [d for i, d in enumerate(durations_s) if i in alone]
-        extra = {"windows": windows.n_windows, "clips_in_windows": len(durations_s) - len(alone)}
-    share = encoder_frame_share(singles, batch_size, full_share, **extra)
+                      full_share: float) -> str:  # fmt: skip
+    """One log line: what --encoder_input trimmed/mixed saves on these clips."""
+    share = encoder_frame_share(durations_s, batch_size, full_share)
     kept = f", {full_share:.0%} of them kept at 30 s" if mode == "mixed" else ""
     return (
         f"--encoder_input {mode}: batches cut to their longest clip{kept}; the encoder "

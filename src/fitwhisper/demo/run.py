@@ -137,16 +137,9 @@ def _encoder_input(final_dir: Path, manifest: Path, batch_size: int) -> tuple[st
     mode = trained_window(config)
     if mode == "full":
         return mode, 1.0
-    record = getattr(config, CONFIG_KEY)
+    full_share = getattr(config, CONFIG_KEY).get("full_window_share", 0.0)
     durations = [soundfile.info(str(r.audio)).duration for r in load_manifest(manifest).rows]
-    # Clips in windows of several: the record counts them; the others train alone (their
-    # durations approximated by all the clips').
-    in_windows = record.get("clips_in_windows", 0)
-    alone = durations[: len(durations) - in_windows]
-    share = encoder_frame_share(alone, batch_size, record.get("full_window_share", 0.0),
-                                windows=record.get("packed_windows", 0),
-                                clips_in_windows=in_windows)  # fmt: skip
-    return mode, share
+    return mode, encoder_frame_share(durations, batch_size, full_share)
 
 
 def _reference_for(manifest: Path, audio: Path) -> str:

@@ -42,17 +42,14 @@ def allow_short_input(model) -> None:
 CONFIG_KEY = "fitwhisper_encoder_input"
 
 
-def record_training_window(model, mode: str, full_share: float, windows=None) -> None:
+def record_training_window(model, mode: str, full_share: float, packed_share: float = 0.0) -> None:
     """Write into the model's config (saved with every checkpoint and final/) that it
     trains on trimmed input, so inference may encode short clips on their own length.
-    `windows`: the run's `ClipsAndWindows` (data/mixed_windows.py), when some items were
-    30 s windows of several clips: their share of the items, and how many clips they held."""
+    `packed_share`: the share of training items that were 30 s windows of several clips."""
     config = model.config
     record = {"mode": mode, "full_window_share": full_share}
-    if windows is not None:
-        record["packed_window_share"] = round(windows.n_windows / len(windows), 4)
-        record["packed_windows"] = windows.n_windows
-        record["clips_in_windows"] = sum(len(w.rows) for w in windows.windows if len(w.rows) > 1)
+    if packed_share:
+        record["packed_window_share"] = round(packed_share, 4)
     setattr(config, CONFIG_KEY, record)
 
 

@@ -49,8 +49,8 @@ class _Tagged(Dataset):
         return getattr(self.base, "lengths", None)
 
     @property
-    def is_window(self):  # items of several clips, batched apart (data/mixed_windows.py)
-        return getattr(self.base, "is_window", None)
+    def batches_by_kind(self) -> bool:  # data/mixed_windows.py
+        return getattr(self.base, "batches_by_kind", False)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {**self.base[i], ITEMS_KEY: i}
