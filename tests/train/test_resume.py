@@ -173,6 +173,9 @@ def test_killed_run_resumes_to_the_losses_of_an_uninterrupted_run(
     ref = tmp_path / "uninterrupted"
     full = subprocess.run(command(ref), env=env, capture_output=True, text=True)
     assert full.returncode == 0, full.stderr
+    if "--packed_window_share" in sampling:  # the run did train on a window: 1 of 3 items
+        record = json.loads((ref / "final" / "config.json").read_text())
+        assert record["fitwhisper_encoder_input"]["packed_window_share"] == round(1 / 3, 4)
 
     # fp32 on CPU, same operations in the same order: losses and gradient norms agree
     # exactly (tolerance 0).
