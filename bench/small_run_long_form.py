@@ -6,9 +6,9 @@ Trains `offline/tiny.en` as tests/test_default_training_windows.py does (48 digi
 of the shared FSDD recordings, 24 steps of 8 items at 5e-5, bf16 autocast), plus the
 options after `--`, then prints the held-out WER at 30 s and on the short window and
 `bench/long_form_check.py`'s verdict on the 76 s file of the 16 held-out strings (pauses,
-8 s of silence, 8 s of noise). About 45 s a run on 2 cores. Used to compare the default,
-`--packed_window_share 0.03` and `--encoder_input full` over seeds
-(bench/RESULTS-train-speed.md).
+8 s of silence, 8 s of noise). About 45 s a run on 2 cores. Used to compare single clips
+alone (`--packed_window_share 0`), `--packed_window_share 0.03` (the default since
+2026-11-27) and `--encoder_input full` over seeds (bench/RESULTS-train-speed.md).
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ GEN_MAX = 96  # tokens generated per held-out clip: room for any of them, cuts r
 # window (the default when the first rows were measured), UNGROUPED random batch order.
 FULL = ["--encoder_input", "full"]
 UNGROUPED = ["--no-group_by_duration"]
+NO_WINDOWS = ["--packed_window_share", "0"]  # single clips only (the default until 2026-11-27)
 
 # (label, fitwhisper options, full run with accuracy?)
 CONFIGS = [
@@ -84,10 +85,10 @@ ENCODER_INPUT = [
      ["--no-pack_clips", "--encoder_input", "trimmed", *UNGROUPED], True),
     ("fitwhisper --encoder_input mixed, 5% of batches at 30 s",
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.05",
-      *UNGROUPED], True),
+      *NO_WINDOWS, *UNGROUPED], True),
     ("fitwhisper --encoder_input mixed, 10% of batches at 30 s",
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.1",
-      *UNGROUPED], True),
+      *NO_WINDOWS, *UNGROUPED], True),
 ]  # fmt: skip
 # Length grouping with mixed input (`--rows grouping`): batches of similar clips are cut
 # shorter; could that pay for a larger share of 30 s batches?
@@ -96,16 +97,16 @@ GROUPING = [
     ENCODER_INPUT[2],
     ("fitwhisper mixed 5% + group_by_duration",
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.05",
-      "--group_by_duration"], True),
+      *NO_WINDOWS, "--group_by_duration"], True),
     ("fitwhisper mixed 10% + group_by_duration",
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.1",
-      "--group_by_duration"], True),
+      *NO_WINDOWS, "--group_by_duration"], True),
 ]  # fmt: skip
 # Mixed input with a few 30 s windows of several timestamped clips (`--rows packed_windows`).
 PACKED_WINDOWS = [
     ENCODER_INPUT[0],
     ENCODER_INPUT[2],
-    ("fitwhisper mixed 5% + packed_window_share 0.03",
+    ("fitwhisper mixed 5% + packed_window_share 0.03 (the default)",
      ["--no-pack_clips", "--encoder_input", "mixed", "--full_window_share", "0.05",
       "--packed_window_share", "0.03", *UNGROUPED], True),
 ]  # fmt: skip

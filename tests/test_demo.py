@@ -37,6 +37,7 @@ def test_demo_lowers_held_out_wer(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "encoder input mixed (the default)" in out and "x less work" in out
     config = json.loads((tmp_path / "demo" / "run" / "final" / "config.json").read_text())
     assert config["fitwhisper_encoder_input"]["mode"] == "mixed"
+    assert config["fitwhisper_encoder_input"]["packed_window_share"] > 0  # trained on windows too
 
     before = json.loads((tmp_path / "demo" / "eval-zero-shot" / "metrics.json").read_text())
     after = json.loads((tmp_path / "demo" / "run" / "eval" / "metrics.json").read_text())

@@ -115,7 +115,7 @@ def test_nothing_to_pack_leaves_the_clips_alone(clips: SpeechDataset) -> None:
     assert with_windows(few, durations[:20], _cfg(0.03), language=None) is None
 
 
-def test_train_with_windows_logs_them_and_records_their_share(
+def test_train_by_default_has_windows_logs_them_and_records_their_share(
     tiny_whisper_dir: Path, tmp_path: Path, capsys
 ) -> None:
     import json
@@ -132,10 +132,11 @@ def test_train_with_windows_logs_them_and_records_their_share(
     out = tmp_path / "run"
     argv = ["train", "--model", str(tiny_whisper_dir), "--train_manifest", str(manifest),
             "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4",
-            "--report_to", "none", "--encoder_input", "mixed",
-            "--packed_window_share", "0.03"]  # fmt: skip
-    assert main(argv) == 0
+            "--report_to", "none"]  # fmt: skip
+    assert main(argv) == 0  # the defaults: mixed input, --packed_window_share 0.03
     # Window 33 takes the 7 clips left after the 33 alone: 34 items.
-    assert "7 of the 40 clips train in 1 window(s) of several clips" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "7 of the 40 clips train in 1 window(s) of several clips" in err
+    assert "34 training items (1 of them windows of several clips)" in err  # the step count's unit
     record = WhisperConfig.from_pretrained(out / "final").fitwhisper_encoder_input
-    assert record["packed_window_share"] == round(1 / 34, 4)
+    assert record["mode"] == "mixed" and record["packed_window_share"] == round(1 / 34, 4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fitwhisper.cli import main
-from fitwhisper.data.batching import describe_trimming, encoder_frame_share
+from fitwhisper.data.batching import describe_trimming
 
 
 class _Validated(Exception):
@@ -55,22 +55,13 @@ def test_auto_is_mixed_unless_the_encoder_is_frozen(resolved, flags, expected) -
     assert resolved(*flags) == expected
 
 
-def test_frame_share_counts_each_batch_at_its_longest_clip() -> None:
-    # Clips of 3 s: a trimmed batch holds 300 of a 30 s window's 3000 frames.
-    assert encoder_frame_share([3.0] * 40, 8, 0.0) == pytest.approx(0.1)
-    assert encoder_frame_share([3.0] * 40, 8, 0.05) == pytest.approx(0.05 + 0.95 * 0.1)
-    assert encoder_frame_share([30.0] * 10, 4, 0.0) == pytest.approx(1.0)
-    # One long clip among short ones: the batches that draw it pay for it, so the share
-    # lies between the short clips' and the long one's, and grows with the batch.
-    mixed = [2.0] * 30 + [20.0] * 2
-    small, big = encoder_frame_share(mixed, 2, 0.0), encoder_frame_share(mixed, 16, 0.0)
-    assert 2 / 30 < small < big < 20 / 30
-
-
 def test_the_log_line_says_what_the_trimming_saves() -> None:
-    line = describe_trimming("mixed", [3.0] * 40, 8, 0.05)
-    assert "5% of them kept at 30 s" in line and "about 15%" in line and "6.9x less" in line
+    line = describe_trimming("mixed", [3.0] * 40, 8, 0.1)  # 0.1 x 3000 + 0.9 x 300 frames
+    assert "10% of them kept at 30 s" in line and "about 19%" in line and "5.3x less" in line
     assert "kept at 30 s" not in describe_trimming("trimmed", [3.0] * 40, 8, 0.0)
+    # 40 clips of 2.5 s in one batch of 64, clips 33-39 in a window: all of it at 30 s.
+    windows = describe_trimming("mixed", [2.5] * 40, 64, 0.0, 0.03, [5] * 40)
+    assert "those holding a window of several clips" in windows and "about 85%" in windows
 
 
 def test_export_notes_the_30_s_window_only_for_a_model_trained_trimmed(tmp_path) -> None:

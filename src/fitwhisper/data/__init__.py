@@ -8,5 +8,6 @@
 - `batching`: length-grouped order and batches trimmed to their longest clip
 - `packing`: several short clips in one 30 s window (`--pack_clips`)
 - `mixed_windows`: a few such windows among single clips (`--packed_window_share`)
+- `frame_share`: the encoder frames a mixed run feeds, its batching replayed
 - `encoder_cache`: a frozen encoder's outputs computed once (`--cache_encoder_outputs`)
 """

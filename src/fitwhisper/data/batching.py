@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fitwhisper.models.short_window import FULL_FRAMES, short_frames
+from fitwhisper.models.short_window import short_frames
 
 FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
 
@@ -160,7 +160,6 @@ def training_data(
 
         share = cfg.full_window_share if mode == "mixed" else 0.0
         allow_short_input(model)
-        log.info(describe_trimming(mode, lengths, cfg.per_device_train_batch_size, share))
         items = None
         if mode == "mixed" and not (cfg.pack_clips or cfg.cache_encoder_outputs):
             from fitwhisper.data import mixed_windows
@@ -168,10 +167,17 @@ def training_data(
             items = mixed_windows.with_windows(dataset, lengths, cfg, language=language)
             if items is not None:
                 log.info(mixed_windows.describe(items))
+        batch = cfg.per_device_train_batch_size
         if items is None:
             items, packed_share = WithDurations(dataset, lengths), 0.0
+            log.info(describe_trimming(mode, lengths, batch, share))
         else:
             packed_share = items.n_windows / len(items)
+            tok = dataset.processor.tokenizer
+            tokens = [len(tok(r.text or "", add_special_tokens=False).input_ids)
+                      for r in dataset.rows]  # fmt: skip
+            log.info(describe_trimming(mode, lengths, batch, share, cfg.packed_window_share,
+                                       tokens))  # fmt: skip
         record_training_window(model, mode, share, packed_share)
         return items, TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
@@ -179,25 +185,17 @@ def training_data(
     return dataset, collator
 
 
-def encoder_frame_share(durations_s: Sequence[float], batch_size: int, full_share: float,
-                        *, draws: int = 500, seed: int = 0) -> float:  # fmt: skip
-    """The expected share of a 30 s run's encoder frames that trimmed batches of
-    `batch_size` clips drawn at random feed the encoder (`full_share` of them at 30 s)."""
-    if not durations_s:
-        return 1.0
-    frames = np.ceil(np.asarray(durations_s, dtype=np.float64) * FRAMES_PER_S).astype(int)
-    rng = np.random.default_rng(seed)
-    size = min(batch_size, len(frames))
-    longest = [frames[rng.choice(len(frames), size, replace=False)].max() for _ in range(draws)]
-    trimmed = np.mean([short_frames(int(f)) for f in longest]) / FULL_FRAMES
-    return full_share + (1 - full_share) * float(trimmed)
-
-
 def describe_trimming(mode: str, durations_s: Sequence[float], batch_size: int,
-                      full_share: float) -> str:  # fmt: skip
-    """One log line: what --encoder_input trimmed/mixed saves on these clips."""
-    share = encoder_frame_share(durations_s, batch_size, full_share)
+                      full_share: float, window_share: float = 0.0,
+                      label_tokens: Sequence[int] | None = None) -> str:  # fmt: skip
+    """One log line: what --encoder_input trimmed/mixed saves on these clips (with
+    `window_share`, some of them in 30 s windows of several clips: data/frame_share.py)."""
+    from fitwhisper.data.frame_share import frame_share
+
+    share = frame_share(durations_s, label_tokens, batch_size, full_share, window_share)
     kept = f", {full_share:.0%} of them kept at 30 s" if mode == "mixed" else ""
+    if window_share and label_tokens is not None:
+        kept += " and those holding a window of several clips"
     return (
         f"--encoder_input {mode}: batches cut to their longest clip{kept}; the encoder "
         f"gets about {share:.0%} of the frames of 30 s windows (clips average "

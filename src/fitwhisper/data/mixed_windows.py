@@ -1,5 +1,5 @@
 """30 s windows of several clips among the single clips of `--encoder_input mixed`
-(`--packed_window_share`, opt-in).
+(`--packed_window_share`, 0.03 by default).
 
 Trained on trimmed batches, a model meets one clip at a time, each cut to its own length;
 long audio reaches it as 30 s windows that hold several utterances and pauses, decoded with
@@ -10,11 +10,14 @@ the items made windows of several consecutive clips, joined to up to 30 s and la
 Whisper's timestamp format (`data/packing.py`), the same runs lost 0.0%, 0.0%, 1.6%;
 on 400 strings the long file went from 9.21% to 1.32% WER (bench/RESULTS-train-speed.md).
 
-It is opt-in because of speed on small data sets: windows are batched apart from single
-clips, but where the two kinds meet (once per megabatch of transformers'
-`LengthGroupedSampler`) the batch runs at 30 s, and with only a few windows those batches
-are most of what the windows cost: `offline/base` on 80 Mandarin sentences trained at 0.56x
-the speed of mixed input without windows.
+What they cost depends on the data set's size: where the two kinds meet (once per
+megabatch of transformers' `LengthGroupedSampler`) the batch runs at 30 s. With a few
+windows those batches are most of the cost: `offline/base` on 80 Mandarin sentences trained
+at 0.55x the speed of single clips alone (1.38x the encoder frames, and the single clips'
+labels padded to the window's). On 400 English strings: 0.91x. With thousands of clips a
+window's 30 s hold several clips with little padding, and the run feeds the encoder about
+as many frames as without windows (bench/window_frames_by_size.py: 0.97x at 2,000 and
+10,000 AISHELL sentences, 1.06x at 400, batches of 8).
 
 Windows of several clips stay at 30 s (the collator keeps a batch at the window of its
 longest item). The sampler is handed each item's kind as its length, and its stable sort

@@ -4,7 +4,8 @@
    sentences, spoken by an offline voice; held-out sentences never appear in training
 2. score the zero-shot model (offline/tiny.en) on the held-out clips by generation
 3. fine-tune the whole model with the ordinary training path (`fitwhisper.train.train`) and
-   its default encoder input (mixed: batches cut to their longest clip, a few at 30 s): on
+   its default encoder input (mixed: batches cut to their longest clip, a few at 30 s, 3% of
+   the items 30 s windows of several clips): on
    2 CPU cores a step costs about 2 s, against 7 s for the decoder alone on 30 s windows
 4. score the fine-tuned model on the same held-out clips, the same way
 5. transcribe one held-out file with the result
@@ -78,25 +79,24 @@ def run_demo(
     # 3. fine-tune
     log.info("[3/5] fine-tuning %s on the training clips", DEMO_MODEL)
     t_train = time.perf_counter()
-    result = train(
-        ModelConfig(model=DEMO_MODEL, freeze_encoder=freeze_encoder),
-        DataConfig(),
-        TrainConfig(
-            output_dir=str(out / "run"),
-            train_manifest=str(data.train_manifest),
-            eval_manifest=str(data.eval_manifest),
-            per_device_train_batch_size=batch_size,
-            per_device_eval_batch_size=batch_size,
-            learning_rate=learning_rate,
-            warmup_steps=3,
-            num_train_epochs=num_train_epochs,
-            logging_steps=5,
-            seed=seed,
-        ),
+    config = TrainConfig(
+        output_dir=str(out / "run"),
+        train_manifest=str(data.train_manifest),
+        eval_manifest=str(data.eval_manifest),
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        learning_rate=learning_rate,
+        warmup_steps=3,
+        num_train_epochs=num_train_epochs,
+        logging_steps=5,
+        seed=seed,
     )
+    result = train(ModelConfig(model=DEMO_MODEL, freeze_encoder=freeze_encoder), DataConfig(),
+                   config)  # fmt: skip
 
     train_seconds = time.perf_counter() - t_train
-    mode, share = _encoder_input(result.final_dir, data.train_manifest, batch_size)
+    mode, share = _encoder_input(result.final_dir, data.train_manifest, batch_size,
+                                 config.packed_window_share)  # fmt: skip
 
     # 4. the training run scored its final model on the same clips with the same scorer
     log.info("[4/5] scored the fine-tuned model on the same held-out clips")
@@ -123,13 +123,14 @@ def run_demo(
     )
 
 
-def _encoder_input(final_dir: Path, manifest: Path, batch_size: int) -> tuple[str, float]:
+def _encoder_input(final_dir: Path, manifest: Path, batch_size: int,
+                   window_share: float) -> tuple[str, float]:  # fmt: skip
     """The encoder input the run recorded, and the share of a 30 s run's encoder frames it
-    used on these clips (expected over random batches; 1.0 for full)."""
+    fed on these clips (its batching replayed: data/frame_share.py; 1.0 for full)."""
     import soundfile
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoTokenizer
 
-    from fitwhisper.data.batching import encoder_frame_share
+    from fitwhisper.data.frame_share import frame_share
     from fitwhisper.data.manifest import load_manifest
     from fitwhisper.models.short_window import CONFIG_KEY, trained_window
 
@@ -137,9 +138,15 @@ def _encoder_input(final_dir: Path, manifest: Path, batch_size: int) -> tuple[st
     mode = trained_window(config)
     if mode == "full":
         return mode, 1.0
-    full_share = getattr(config, CONFIG_KEY).get("full_window_share", 0.0)
-    durations = [soundfile.info(str(r.audio)).duration for r in load_manifest(manifest).rows]
-    return mode, encoder_frame_share(durations, batch_size, full_share)
+    record = getattr(config, CONFIG_KEY)
+    rows = load_manifest(manifest).rows
+    durations = [soundfile.info(str(r.audio)).duration for r in rows]
+    tokenizer = AutoTokenizer.from_pretrained(final_dir)
+    tokens = [len(tokenizer(r.text, add_special_tokens=False).input_ids) for r in rows]
+    windows = window_share if record.get("packed_window_share") else 0.0
+    share = frame_share(durations, tokens, batch_size, record.get("full_window_share", 0.0),
+                        windows)  # fmt: skip
+    return mode, share
 
 
 def _reference_for(manifest: Path, audio: Path) -> str:

@@ -52,6 +52,10 @@ class _Tagged(Dataset):
     def batches_by_kind(self) -> bool:  # data/mixed_windows.py
         return getattr(self.base, "batches_by_kind", False)
 
+    @property
+    def n_windows(self) -> int:  # items that hold several clips (data/mixed_windows.py)
+        return getattr(self.base, "n_windows", 0)
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {**self.base[i], ITEMS_KEY: i}
 

@@ -133,6 +133,8 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
                                      metric, normalizer)  # fmt: skip
     # Steps count what the sampler draws: clips, or packed windows of several clips.
     unit = "packed windows" if train_cfg.pack_clips else "training clips"
+    if n_windows := getattr(data.train_ds, "n_windows", 0):  # data/mixed_windows.py
+        unit = f"training items ({n_windows} of them windows of several clips)"
     parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit)
     guard = NonFiniteGuard(data.train_ds, train_cfg.on_nonfinite)
     built = parts.trainer_class(train_cfg, fingerprint)(
