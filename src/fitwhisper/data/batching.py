@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 from fitwhisper.models.short_window import short_frames
 
 FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
+DESCRIBED_ROWS = 20_000  # rows whose batching the start-of-run log line replays
 
 
 class LengthGroupedTrainerMixin:
@@ -170,14 +171,16 @@ def training_data(
         batch = cfg.per_device_train_batch_size
         if items is None:
             items, packed_share = WithDurations(dataset, lengths), 0.0
-            log.info(describe_trimming(mode, lengths, batch, share))
+            log.info(describe_trimming(mode, lengths[:DESCRIBED_ROWS], batch, share))
         else:
             packed_share = items.n_windows / len(items)
+            # The log line's estimate replays the batching of the first rows only: its cost
+            # (tokenizing, sampling) must not grow with a data set of millions of clips.
+            rows = dataset.rows[:DESCRIBED_ROWS]
             tok = dataset.processor.tokenizer
-            tokens = [len(tok(r.text or "", add_special_tokens=False).input_ids)
-                      for r in dataset.rows]  # fmt: skip
-            log.info(describe_trimming(mode, lengths, batch, share, cfg.packed_window_share,
-                                       tokens))  # fmt: skip
+            tokens = [len(tok(r.text or "", add_special_tokens=False).input_ids) for r in rows]
+            log.info(describe_trimming(mode, lengths[: len(rows)], batch, share,
+                                       cfg.packed_window_share, tokens))  # fmt: skip
         record_training_window(model, mode, share, packed_share)
         return items, TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
