@@ -3,6 +3,8 @@ loads, and what the log says it saves."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fitwhisper.cli import main
@@ -55,13 +57,56 @@ def test_auto_is_mixed_unless_the_encoder_is_frozen(resolved, flags, expected) -
     assert resolved(*flags) == expected
 
 
+def _items(durations, window_share=0.0):
+    """Training items as training_data makes them: clips alone, or clips and windows."""
+    from types import SimpleNamespace
+
+    from fitwhisper.data.batching import WithDurations
+    from fitwhisper.data.mixed_windows import ClipsAndWindows
+    from fitwhisper.data.packing import pack_windows
+
+    if not window_share:
+        return WithDurations(list(durations), durations)
+    rows = [SimpleNamespace(language=None) for _ in durations]
+    windows = pack_windows(rows, durations, [5] * len(durations), several_share=window_share)
+    return ClipsAndWindows(SimpleNamespace(rows=rows), None, windows, durations,
+                           by_duration=False)  # fmt: skip
+
+
 def test_the_log_line_says_what_the_trimming_saves() -> None:
-    line = describe_trimming("mixed", [3.0] * 40, 8, 0.1)  # 0.1 x 3000 + 0.9 x 300 frames
+    from fitwhisper.config import TrainConfig
+
+    cfg = TrainConfig(per_device_train_batch_size=8)
+    line = describe_trimming("mixed", _items([3.0] * 40), cfg, 0.1)  # 0.1 x 3000 + 0.9 x 300
     assert "10% of them kept at 30 s" in line and "about 19%" in line and "5.3x less" in line
-    assert "kept at 30 s" not in describe_trimming("trimmed", [3.0] * 40, 8, 0.0)
+    assert "kept at 30 s" not in describe_trimming("trimmed", _items([3.0] * 40), cfg, 0.0)
     # 40 clips of 2.5 s in one batch of 64, clips 33-39 in a window: all of it at 30 s.
-    windows = describe_trimming("mixed", [2.5] * 40, 64, 0.0, 0.03, [5] * 40)
+    cfg = TrainConfig(per_device_train_batch_size=64)
+    windows = describe_trimming("mixed", _items([2.5] * 40, 0.03), cfg, 0.0)
     assert "those holding a window of several clips" in windows and "about 85%" in windows
+    assert "clips average 2.5 s" in windows  # the clips', not the items' (a window is 30 s)
+
+
+def test_the_log_line_replays_the_batching_the_trainer_will_use() -> None:
+    from fitwhisper.config import TrainConfig
+    from fitwhisper.data.frame_share import frame_share
+
+    # 16 clips of 20 s among 64 of 2 s, batches of 4: in random order most batches draw a
+    # long clip and run at 20 s; grouped by duration (within the sampler's megabatches) the
+    # long clips share batches, and the log line says so.
+    durations = [2.0] * 64 + [20.0] * 16
+
+    def share(**options) -> int:
+        cfg = TrainConfig(per_device_train_batch_size=4, **options)
+        line = describe_trimming("trimmed", _items(durations), cfg, 0.0)
+        return int(re.search(r"about (\d+)% of the frames", line).group(1))
+
+    assert share(group_by_duration=True) < 0.7 * share()
+    # With windows, the run's own items give what the demo works out from the clips alone.
+    clips = [2.0 + (i % 7) * 0.5 for i in range(200)]
+    cfg = TrainConfig(per_device_train_batch_size=8)
+    expected = frame_share(clips, [5] * 200, 8, 0.05, 0.03)
+    assert f"about {expected:.0%} " in describe_trimming("mixed", _items(clips, 0.03), cfg, 0.05)
 
 
 def test_export_notes_the_30_s_window_only_for_a_model_trained_trimmed(tmp_path) -> None:

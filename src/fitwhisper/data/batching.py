@@ -14,6 +14,7 @@ which the memory planner and `BackoffTrainer` do not model.
 from __future__ import annotations
 
 import math
+import os
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,11 @@ from fitwhisper.models.short_window import short_frames
 
 FRAMES_PER_S = 100  # log-mel frames per second (hop 160 at 16 kHz)
 DESCRIBED_ROWS = 20_000  # rows whose batching the start-of-run log line replays
+
+
+def sampler_lengths(lengths_s: Sequence[float]) -> list[int]:
+    """Durations in 10 ms frames, as LengthGroupedSampler sorts integers (1.09 s: 109)."""
+    return [math.ceil(round(s * FRAMES_PER_S, 6)) for s in lengths_s]
 
 
 class LengthGroupedTrainerMixin:
@@ -42,14 +48,12 @@ class LengthGroupedTrainerMixin:
             return super()._get_train_sampler(train_dataset)
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
-        # Lengths in 10 ms frames: LengthGroupedSampler sorts integers.
-        frames = [math.ceil(round(s * FRAMES_PER_S, 6)) for s in lengths]  # 1.09 s: 109
         # Its groups are sized in optimizer steps of the whole run: every rank draws the
         # same order (same seed) and accelerate deals its batches out in turn, so N
         # processes take the clips one process takes with N times the accumulation.
         args = self.args
         step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
-        return LengthGroupedSampler(step, lengths=frames)
+        return LengthGroupedSampler(step, lengths=sampler_lengths(lengths))
 
 
 class WithDurations(Dataset):
@@ -168,19 +172,11 @@ def training_data(
             items = mixed_windows.with_windows(dataset, lengths, cfg, language=language)
             if items is not None:
                 log.info(mixed_windows.describe(items))
-        batch = cfg.per_device_train_batch_size
         if items is None:
             items, packed_share = WithDurations(dataset, lengths), 0.0
-            log.info(describe_trimming(mode, lengths[:DESCRIBED_ROWS], batch, share))
         else:
             packed_share = items.n_windows / len(items)
-            # The log line's estimate replays the batching of the first rows only: its cost
-            # (tokenizing, sampling) must not grow with a data set of millions of clips.
-            rows = dataset.rows[:DESCRIBED_ROWS]
-            tok = dataset.processor.tokenizer
-            tokens = [len(tok(r.text or "", add_special_tokens=False).input_ids) for r in rows]
-            log.info(describe_trimming(mode, lengths[: len(rows)], batch, share,
-                                       cfg.packed_window_share, tokens))  # fmt: skip
+        log.info(describe_trimming(mode, items, cfg, share))
         record_training_window(model, mode, share, packed_share)
         return items, TrimmedCollator(collator, full_share=share)
     if cfg.group_by_duration:
@@ -188,21 +184,35 @@ def training_data(
     return dataset, collator
 
 
-def describe_trimming(mode: str, durations_s: Sequence[float], batch_size: int,
-                      full_share: float, window_share: float = 0.0,
-                      label_tokens: Sequence[int] | None = None) -> str:  # fmt: skip
-    """One log line: what --encoder_input trimmed/mixed saves on these clips (with
-    `window_share`, some of them in 30 s windows of several clips: data/frame_share.py)."""
-    from fitwhisper.data.frame_share import frame_share
+def describe_trimming(mode: str, items, cfg, full_share: float) -> str:
+    """One log line: what --encoder_input trimmed/mixed saves on these training items (a
+    `WithDurations`, or a `ClipsAndWindows` with windows of several clips), their batching
+    replayed as the trainer will batch them (data/frame_share.py). Only the first
+    DESCRIBED_ROWS items: the estimate must not cost more on a data set of millions."""
+    from fitwhisper.data.frame_share import items_frame_share
+    from fitwhisper.data.mixed_windows import ClipsAndWindows
 
-    share = frame_share(durations_s, label_tokens, batch_size, full_share, window_share)
+    n = min(len(items), DESCRIBED_ROWS)
+    if isinstance(items, ClipsAndWindows):
+        windows = items.windows[:n]
+        item_s, several = items.item_durations_s[:n], [len(w.rows) > 1 for w in windows]
+        clip_s = [items.clip_durations_s[i] for w in windows for i in w.rows]
+    else:  # one clip (or one --pack_clips window) per item
+        item_s, several, clip_s = items.lengths[:n], [False] * n, items.lengths[:n]
+    grouped = cfg.group_by_duration or any(several)
+    batch = cfg.per_device_train_batch_size
+    processes = int(os.environ.get("WORLD_SIZE", "1") or 1)  # as train/ranks.py reads it
+    step = batch * cfg.gradient_accumulation_steps * processes  # the trainer's sampler groups
+    share = items_frame_share(item_s, several, len(clip_s), batch, full_share,
+                              sort_keys=items.lengths[:n] if grouped else None,
+                              group_size=step)  # fmt: skip
     kept = f", {full_share:.0%} of them kept at 30 s" if mode == "mixed" else ""
-    if window_share and label_tokens is not None:
+    if any(several):
         kept += " and those holding a window of several clips"
     return (
         f"--encoder_input {mode}: batches cut to their longest clip{kept}; the encoder "
         f"gets about {share:.0%} of the frames of 30 s windows (clips average "
-        f"{np.mean(durations_s):.1f} s), so it does about {1 / share:.1f}x less work; "
+        f"{np.mean(clip_s):.1f} s), so it does about {1 / share:.1f}x less work; "
         "--encoder_input full pads every clip to 30 s as Whisper was trained"
     )
 

@@ -3,12 +3,13 @@
 What `--encoder_input mixed` saves is padding: the recipe pads every clip to 30 s (3000
 log-mel frames), a trimmed batch feeds each of its items up to its longest clip. With
 `--packed_window_share` some items are 30 s windows of several clips, and a batch holding
-one runs at 30 s. This module replays a run's batching on its clips with the pipeline's own
-pieces (`packing.pack_windows`, transformers' `LengthGroupedSampler` as the trainer uses
-it, random order without windows) and counts frames, so the demo and the benchmarks can say
-what a run saved without timing it. A batch without a window counts at its expected size:
-`--full_window_share` of 30 s and the rest of its longest clip (the run decides by a checksum
-of each batch's labels, at that rate).
+one runs at 30 s. This module replays a run's batching with the pipeline's own pieces
+(`packing.pack_windows`, transformers' `LengthGroupedSampler` as the trainer uses it, random
+order when the trainer does not group) and counts frames, so the start-of-run log line, the
+demo and the benchmarks can say what a run saved without timing it: `frame_share` from the
+clips, `items_frame_share` from the training items a run has made. A batch without a
+window counts at its expected size: `--full_window_share` of 30 s and the rest of its
+longest clip (the run decides by a checksum of each batch's labels, at that rate).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fitwhisper.data.batching import FRAMES_PER_S
+from fitwhisper.data.batching import FRAMES_PER_S, sampler_lengths
 from fitwhisper.models.short_window import FULL_FRAMES, short_frames
 
 
@@ -27,7 +28,8 @@ def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None
                 batch_size: int, full_share: float, window_share: float = 0.0, *,
                 epochs: int = 5, seed: int = 0) -> float:  # fmt: skip
     """The share of the recipe's encoder frames (every clip padded to 30 s) that a mixed run
-    feeds, averaged over `epochs` epochs: each batch's items times its window.
+    on these clips feeds, averaged over `epochs` epochs: its windows packed as the run packs
+    them, then `items_frame_share`.
 
     Args:
         durations_s: each training clip's duration, in manifest order.
@@ -37,28 +39,50 @@ def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None
         full_share: `--full_window_share`, the share of batches kept at 30 s.
         window_share: `--packed_window_share`, the share of items made windows.
     """
-    import torch
-    from transformers.trainer_pt_utils import LengthGroupedSampler
-
     from fitwhisper.data.packing import WINDOW_S, pack_windows
 
     n = len(durations_s)
     if n == 0:
         return 1.0
-    frames = [math.ceil(d * FRAMES_PER_S) for d in durations_s]
-    several: list[bool] = [False] * n
+    several, item_s = [False] * n, list(durations_s)
     if window_share > 0 and label_tokens is not None:
         rows = [SimpleNamespace(language=None) for _ in range(n)]
         windows = pack_windows(rows, durations_s, label_tokens, several_share=window_share)
         several = [len(w.rows) > 1 for w in windows]
-        frames = [FULL_FRAMES if len(w.rows) > 1 else frames[w.rows[0]] for w in windows]
-    grouped = any(several)
-    kinds = [int(WINDOW_S * FRAMES_PER_S) if s else 1 for s in several]
+        item_s = [WINDOW_S if len(w.rows) > 1 else durations_s[w.rows[0]] for w in windows]
+    # The trainer batches clips and windows by kind (data/mixed_windows.py).
+    kinds = [WINDOW_S if s else 1.0 for s in several] if any(several) else None
+    return items_frame_share(item_s, several, n, batch_size, full_share, sort_keys=kinds,
+                             epochs=epochs, seed=seed)  # fmt: skip
+
+
+def items_frame_share(item_durations_s: Sequence[float], several: Sequence[bool],
+                      n_clips: int, batch_size: int, full_share: float, *,
+                      sort_keys: Sequence[float] | None = None, group_size: int | None = None,
+                      epochs: int = 5, seed: int = 0) -> float:  # fmt: skip
+    """The same share for training items already made (a run's own dataset).
+
+    Args:
+        item_durations_s: each item's duration (a window of several clips: 30 s).
+        several: whether each item is a window of several clips (its batch runs at 30 s).
+        n_clips: the clips behind these items (the recipe pads each to 30 s).
+        sort_keys: the lengths (s) the trainer's `LengthGroupedSampler` sorts the items on,
+            in groups of `group_size` items (default `batch_size`; the trainer's is an
+            optimizer step: batch x accumulation x processes); None: random order.
+    """
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    if not item_durations_s:
+        return 1.0
+    frames = [FULL_FRAMES if s else math.ceil(d * FRAMES_PER_S)
+              for d, s in zip(item_durations_s, several, strict=True)]  # fmt: skip
+    keys = None if sort_keys is None else sampler_lengths(sort_keys)
     shares = []
     for epoch in range(epochs):
         g = torch.Generator().manual_seed(seed + epoch)
-        if grouped:  # the trainer batches clips and windows by kind (data/mixed_windows.py)
-            order = list(LengthGroupedSampler(batch_size, lengths=kinds, generator=g))
+        if keys is not None:
+            order = list(LengthGroupedSampler(group_size or batch_size, lengths=keys, generator=g))
         else:
             order = torch.randperm(len(frames), generator=g).tolist()
         fed = 0
@@ -70,5 +94,5 @@ def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None
                 cut = short_frames(max(frames[i] for i in items))
                 window = full_share * FULL_FRAMES + (1 - full_share) * cut
             fed += len(items) * window
-        shares.append(fed / (n * FULL_FRAMES))
+        shares.append(fed / (n_clips * FULL_FRAMES))
     return float(np.mean(shares))

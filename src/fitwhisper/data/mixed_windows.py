@@ -53,7 +53,8 @@ class ClipsAndWindows(Dataset):
 
     `rows` and `windows` (one per item, a lone clip's being its row) name the clips behind
     an item (train/guard.py); `frames` is what the trimming collator keeps (a window of
-    several clips: all 30 s); `lengths` is what the length-grouped sampler sorts on.
+    several clips: all 30 s), `item_durations_s` the same in seconds; `lengths` is what
+    the length-grouped sampler sorts on.
     """
 
     batches_by_kind = True  # the trainer then batches with LengthGroupedSampler
@@ -68,7 +69,8 @@ class ClipsAndWindows(Dataset):
         for i, w in enumerate(self.windows):
             if len(w.rows) > 1:
                 self._packed_index[i] = len(self._packed_index)
-        self._durations = [
+        self.clip_durations_s = list(durations_s)  # per row, as `rows`
+        self.item_durations_s = [
             WINDOW_S if i in self._packed_index else durations_s[w.rows[0]]
             for i, w in enumerate(self.windows)
         ]
@@ -85,7 +87,7 @@ class ClipsAndWindows(Dataset):
     @property
     def lengths(self) -> list[float]:
         if self.by_duration:
-            return list(self._durations)
+            return list(self.item_durations_s)
         # The kind alone: windows of several clips sort before single clips, and the
         # sampler's stable sort leaves each kind in its random order.
         return [WINDOW_S if i in self._packed_index else 1.0 for i in range(len(self))]
@@ -94,7 +96,7 @@ class ClipsAndWindows(Dataset):
         k = self._packed_index.get(i)
         item = dict(self.clips[self.windows[i].rows[0]] if k is None else self.packed[k])
         item.pop("clip_frames", None)
-        item["frames"] = math.ceil(self._durations[i] * FRAMES_PER_S)
+        item["frames"] = math.ceil(self.item_durations_s[i] * FRAMES_PER_S)
         return item
 
 
