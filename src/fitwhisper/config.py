@@ -479,7 +479,7 @@ class TrainConfig:
             "model (none below 34 training clips). With single clips alone, small English "
             "runs dropped whole utterances of a long file after a pause (29-53% WER, where "
             "0.03 gave 0-1.6%). Cost: the batches that hold a window run at 30 s: 0.55x "
-            "the speed of single clips alone on 80 Mandarin sentences, about 0.9x on 400 English "
+            "the speed of single clips alone on 80 Mandarin sentences, 0.88x on 400 English "
             "strings; with thousands of clips about as many encoder frames as without. "
             "0: every clip alone."
         },

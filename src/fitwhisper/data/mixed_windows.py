@@ -14,7 +14,7 @@ What they cost depends on the data set's size: where the two kinds meet (once pe
 megabatch of transformers' `LengthGroupedSampler`) the batch runs at 30 s. With a few
 windows those batches are most of the cost: `offline/base` on 80 Mandarin sentences trained
 at 0.55x the speed of single clips alone (1.38x the encoder frames, and the single clips'
-labels padded to the window's). On 400 English strings: about 0.9x (runs on two VMs).
+labels padded to the window's). On 400 English strings: 0.88x.
 With thousands of clips a window's 30 s hold several clips with little padding, and the
 run feeds the encoder about as many frames as without windows
 (bench/window_frames_by_size.py: 0.97x at 2,000 and 10,000 AISHELL sentences, 1.06x at
