@@ -204,3 +204,22 @@ def test_model_slug_of_run_folders(tmp_path: Path) -> None:
     assert model_slug(str(tmp_path / "exp1" / "checkpoint-500")) == "exp1-checkpoint-500"
     assert model_slug(str(tmp_path / "exp1" / "final") + "/") == "exp1-final"
     assert model_slug(str(tmp_path / "exp1")) == "exp1"
+
+
+def test_scoring_never_wraps_the_model_for_several_gpus(
+    tiny_whisper_dir: Path, tone_manifest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With several GPUs visible and no launcher, a Trainer's evaluation wrapped the model in
+    DataParallel, whose replicas ran the first GPU's short-window encoder patch on the
+    others (device mismatch). Scoring generates on one device, whatever the GPU count."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("scoring wrapped the model in DataParallel")
+
+    monkeypatch.setattr(torch.nn.DataParallel, "__init__", refuse)
+    res = evaluate_manifest(str(tiny_whisper_dir), tone_manifest, batch_size=3,
+                            generation_max_length=8)  # fmt: skip
+    assert res.score.n_utterances == 6

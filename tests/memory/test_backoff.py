@@ -195,12 +195,12 @@ def test_evaluation_halves_its_generation_batch(
                          generation_max_length=8)  # fmt: skip
 
     gpu = _FakeGpu(monkeypatch, fits=2, from_step=None, in_eval=True)
-    with caplog.at_level(logging.WARNING, logger="fitwhisper.memory.backoff"):
+    with caplog.at_level(logging.WARNING, logger="fitwhisper.evaluate.predict"):
         res = evaluate_model(model, processor, ds, texts, ids, language="en", batch_size=6,
                              generation_max_length=8)  # fmt: skip
     assert gpu.ooms >= 1
-    assert "out of memory in evaluation with batch 6: generating in batches of 3" in caplog.text
-    assert "generating in batches of 2" in caplog.text
+    assert "generation with a batch of 6: generating in batches of 3" in caplog.text
+    assert "generation with a batch of 3: generating in batches of 2" in caplog.text
     assert res.hypotheses == ref.hypotheses
 
 

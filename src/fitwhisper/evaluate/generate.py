@@ -1,9 +1,9 @@
 """Running a model over rows by generation and scoring what it wrote.
 
-`evaluate_model` is the one path: `Seq2SeqTrainer.predict` with `predict_with_generate`,
-the same collator and generation settings as training-time evaluation, never
-teacher-forced. `evaluate_manifest` and `compare_manifest` (`fitwhisper evaluate`) load the
-model(s) and the checked rows around it.
+`evaluate_model` is the one path: greedy generation by this process alone
+(`evaluate/predict.py`), with the collator and generation settings of training-time
+evaluation, never teacher-forced. `evaluate_manifest` and `compare_manifest`
+(`fitwhisper evaluate`) load the model(s) and the checked rows around it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import logging
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,8 +52,9 @@ def evaluate_model(
 ) -> EvalResult:
     """Transcribe every clip of `dataset` by greedy generation and score it.
 
-    This is the same `Seq2SeqTrainer.predict` path that training-time evaluation takes
-    (same collator, batch size and generation settings), so the numbers agree.
+    The collator, batch size and generation settings are those of training-time evaluation,
+    so the numbers agree; it runs on this process alone, whatever the process group
+    (evaluate/predict.py).
 
     Args:
         model: a WhisperForConditionalGeneration (or PEFT-wrapped) whose generation_config
@@ -72,12 +71,9 @@ def evaluate_model(
         tags: each clip's language tag, for the per-language breakdown (default: languages).
         model_name: the model as the user named it, for the reports.
     """
-    import torch
-    from transformers import Seq2SeqTrainingArguments
-
     from fitwhisper.chinese_script import to_script
     from fitwhisper.data.features import WhisperCollator
-    from fitwhisper.memory.backoff import BackoffTrainer
+    from fitwhisper.evaluate.predict import generate_texts
     from fitwhisper.models.short_window import (
         ShortWindowCollator,
         short_generation,
@@ -90,31 +86,17 @@ def evaluate_model(
     window = window_for(model.config, cfg.encoder_window)
     if window == "short":  # clips encoded on their own length (models/short_window.py)
         collator = ShortWindowCollator(collator)
-    groups = _language_groups(languages, len(dataset))
     hyps: list[str] = [""] * len(dataset)
-    with tempfile.TemporaryDirectory(prefix="fitwhisper-eval-") as tmp, _arguments_quiet():
-        # Under a launcher this scores on the main process alone: transformers' warning
-        # that the process group goes unused is expected, so it is not shown.
-        args = Seq2SeqTrainingArguments(
-            output_dir=tmp,
-            per_device_eval_batch_size=cfg.batch_size,
-            predict_with_generate=True,
-            generation_max_length=cfg.generation_max_length,
-            generation_num_beams=1,
-            report_to="none",
-            remove_unused_columns=False,
-            disable_tqdm=True,
-            dataloader_pin_memory=torch.cuda.is_available(),
+    with short_generation(model) if window == "short" else contextlib.nullcontext():
+        texts = generate_texts(
+            model,
+            dataset,
+            collator,
+            processor.tokenizer,
+            batch_size=cfg.batch_size,
+            max_length=cfg.generation_max_length,
+            groups=_language_groups(languages, len(dataset)),
         )
-        # Halves the generation batch on OOM (backoff.py).
-        trainer = BackoffTrainer(
-            model=model,
-            args=args,
-            data_collator=collator,
-            processing_class=processor,
-        )
-        with short_generation(model) if window == "short" else contextlib.nullcontext():
-            texts = _generate_groups(model, trainer, dataset, groups, processor.tokenizer)
     for i, text in texts.items():
         hyps[i] = to_script(text, cfg.output_script)
     return EvalResult(
@@ -261,41 +243,3 @@ def _empty_cuda_cache() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-@contextlib.contextmanager
-def _arguments_quiet():
-    args_log = logging.getLogger("transformers.training_args")
-    level = args_log.level
-    args_log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        args_log.setLevel(level)
-
-
-def _generate_groups(model, trainer, dataset, groups, tokenizer) -> dict[int, str]:
-    """Each clip's text, generated group by group (Whisper prompts a batch with one
-    language), the model's generation config and accelerate state as they were after."""
-    from torch.utils.data import Subset
-
-    from fitwhisper.evaluate.scorer import decode
-
-    gen = model.generation_config
-    saved_language = gen.language
-    # accelerate marks a model it prepared and never prepares it again: a training
-    # Trainer built on this model later would skip its mixed-precision autocast.
-    was_prepared = getattr(model, "_is_accelerate_prepared", False)
-    texts: dict[int, str] = {}
-    try:
-        for lang, idx in groups:
-            part = dataset
-            if len(groups) > 1:
-                part, gen.language = Subset(dataset, idx), lang
-            out = trainer.predict(part, metric_key_prefix="eval")
-            texts.update(zip(idx, decode(tokenizer, out.predictions), strict=True))
-    finally:
-        gen.language = saved_language
-        if not was_prepared:
-            model.__dict__.pop("_is_accelerate_prepared", None)
-    return texts

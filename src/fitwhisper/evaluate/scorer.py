@@ -98,9 +98,10 @@ def metrics_fn(
 
 
 def decode(tokenizer, token_ids) -> list[str]:
-    """Generated ids (batch, length), padded with -100 by the Trainer, to stripped text."""
-    ids = np.asarray(token_ids)
-    ids = np.where(ids < 0, tokenizer.pad_token_id, ids)
+    """Generated ids, one sequence per clip (rows of any length; the Trainer pads them with
+    -100), to stripped text."""
+    pad = tokenizer.pad_token_id
+    ids = [np.where(np.asarray(row) < 0, pad, row).tolist() for row in token_ids]
     return [t.strip() for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 

@@ -5,6 +5,9 @@ the steps out (DDP, FSDP, DeepSpeed). Work that must happen once (the run folder
 check and its reports, the run record, final/ and its scoring) runs on the main process
 while the others wait, and its result is sent to them. Without a launcher (WORLD_SIZE
 unset or 1) every function here is the plain single-process call.
+
+No wait lasts hours unless it waits for such work of the main process (MAIN_ALONE_TIMEOUT,
+over a group of its own); every other collective gives up in COLLECTIVE_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from typing import TypeVar
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# The other ranks wait while the main one checks every row of the data (hours for a large
-# set) and scores the final model: far longer than torch's 30-minute default.
-TIMEOUT = datetime.timedelta(hours=6)
+# Two waits, two timeouts. Every collective of training (DDP's all-reduces, the checkpoint
+# barriers, evaluation's gathers) completes within minutes when every rank is alive: one that
+# does not is a hang, and ends the run in COLLECTIVE_TIMEOUT, not in hours.
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=15)
+# The others wait while the main process works alone: a download or conversion, the check of
+# every row (hours for a large set), the encoder cache, scoring the starting weights. Those
+# waits go over a group of their own (gloo: a CPU wait, no GPU collective held open).
+MAIN_ALONE_TIMEOUT = datetime.timedelta(hours=6)
+_main_alone_group = None
 
 
 def world_size() -> int:
@@ -44,7 +53,9 @@ def start() -> None:
     import torch
     from accelerate import PartialState
 
-    PartialState(cpu=not torch.cuda.is_available(), timeout=TIMEOUT)
+    global _main_alone_group
+    PartialState(cpu=not torch.cuda.is_available(), timeout=COLLECTIVE_TIMEOUT)
+    _main_alone_group = torch.distributed.new_group(backend="gloo", timeout=MAIN_ALONE_TIMEOUT)
     if not is_main():
         logging.getLogger("fitwhisper").setLevel(logging.WARNING)
     elif _fsdp_asked() and not torch.cuda.is_available():
@@ -75,35 +86,38 @@ def alone_as_a_group() -> None:
                       MASTER_PORT=str(port))  # fmt: skip
 
 
-def wait_for_everyone() -> None:
-    if world_size() > 1:
-        from accelerate import PartialState
+def wait_for_main(phase: str) -> None:
+    """Every process waits here until the main one is done with `phase` (work it does alone),
+    for up to MAIN_ALONE_TIMEOUT."""
+    if world_size() <= 1:
+        return
+    import torch.distributed as dist
 
-        PartialState().wait_for_everyone()
+    with _named_wait(phase, MAIN_ALONE_TIMEOUT):
+        dist.barrier(group=_main_alone_group)
 
 
 @contextlib.contextmanager
-def main_first() -> Iterator[None]:
-    """The main process runs the block first (a download, a conversion into the cache),
-    then the others, which find its result there."""
-    if world_size() <= 1:
-        yield
-        return
-    from accelerate import PartialState
-
-    with PartialState().main_process_first():
-        yield
+def main_first(phase: str) -> Iterator[None]:
+    """The main process runs the block first (a download, a conversion into the cache, the
+    encoder cache), then the others, which find its result there."""
+    if not is_main():
+        wait_for_main(phase)
+    yield
+    if is_main():
+        wait_for_main(phase)
 
 
-def on_main(fn: Callable[[], T]) -> T:
-    """`fn()` on the main process only; every process gets its result.
+def on_main(fn: Callable[[], T], phase: str) -> T:
+    """`fn()` (`phase`, in the words of an error) on the main process only; every process
+    gets its result.
 
     An error on the main process is raised there (it prints the message); the others exit
     with status 1 quietly instead of waiting for a result that never comes.
     """
     if world_size() <= 1:
         return fn()
-    from accelerate.utils import broadcast_object_list
+    import torch.distributed as dist
 
     box: list = [None]
     failed: BaseException | None = None
@@ -112,13 +126,33 @@ def on_main(fn: Callable[[], T]) -> T:
             box = [("ok", fn())]
         except BaseException as e:  # sent on, then raised here
             failed, box = e, [("failed", None)]
-    broadcast_object_list(box, from_process=0)
+    with _named_wait(phase, MAIN_ALONE_TIMEOUT):
+        dist.broadcast_object_list(box, src=0, group=_main_alone_group)
     if failed is not None:
         raise failed
     status, value = box[0]
     if status != "ok":
         raise SystemExit(1)
     return value
+
+
+@contextlib.contextmanager
+def _named_wait(phase: str, timeout: datetime.timedelta) -> Iterator[None]:
+    """A wait that runs out says which process waited, for what and how long, instead of
+    the process group's own error."""
+    try:
+        yield
+    except RuntimeError as e:  # torch.distributed.DistBackendError is one
+        if "timed out" not in str(e).lower() and "timeout" not in str(e).lower():
+            raise
+        from fitwhisper.errors import FitWhisperError
+
+        raise FitWhisperError(
+            f"process {rank()} of {world_size()} waited {timeout} for the others while "
+            f"{phase}, and gave up",
+            hint="one process stopped or hangs: its own log says where; the run can be "
+            "resumed with --resume",
+        ) from e
 
 
 class EvalWithoutRepeatsMixin:

@@ -77,7 +77,7 @@ def train(
 
     # 1. The model spec resolves and its tokenizer loads before the run folder is made
     #    (a download or conversion once, by the main process; the others find it cached).
-    with ranks.main_first():
+    with ranks.main_first("loading the model and its tokenizer"):
         resolved = setup.resolve(model_cfg)
         processor = setup.processor(resolved, model_cfg)
 
@@ -100,13 +100,16 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
         {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
     )
     # Several processes: the main one decides (and clears what --overwrite_output_dir asks).
-    resume_from = ranks.on_main(lambda: resume.prepare_output_dir(out, train_cfg, fingerprint))
+    resume_from = ranks.on_main(
+        lambda: resume.prepare_output_dir(out, train_cfg, fingerprint), "preparing the run folder"
+    )
 
     # 4. Data: check every row before any weights load (the tokenizer is all it needs);
     #    output script, language tokens, rehearsal rows and the regression set (rows.py).
     #    Checked once, by the main process, which writes the reports; the rest wait for it.
     checked = ranks.on_main(
-        lambda: rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests)
+        lambda: rows.checked_rows(data_cfg, train_cfg, processor.tokenizer, out, manifests),
+        "checking the data",
     )
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
 
@@ -131,12 +134,12 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     if not ranks.is_main():
         regression = None  # scored by the main process alone, before and after
     if regression is not None:
-        # The starting weights (Trainer loads a checkpoint later). Scored before the
-        # training Trainer exists: the scoring Trainer rewrites accelerate's shared state
-        # (mixed precision "no"), which would silently turn the run's bf16/fp16 off.
-        regression.score_before(model)
+        regression.score_before(model)  # the starting weights (Trainer loads a checkpoint later)
     if ranks.is_main():
         _score_before(model, processor, data, model_cfg, train_cfg, out)
+    # The others wait for that here, not in the Trainer's first collective (which gives up
+    # in minutes, ranks.py).
+    ranks.wait_for_main("scoring the starting weights")
     trainer = setup.trainer(
         model, processor, data, model_cfg, data_cfg, train_cfg, precision,
         fingerprint=fingerprint, callbacks=callbacks, resumed_step=resumed_step,
@@ -198,12 +201,12 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
         partial.rename(final_dir)
         shutil.rmtree(old, ignore_errors=True)
 
-    ranks.on_main(clear)
+    ranks.on_main(clear, "clearing an unfinished final/")
     try:
         # Every process calls save_model (FSDP and ZeRO-3 gather the shards for it); the
         # main one writes, then completes the folder and renames it while the others wait.
         trainer.save_model(str(partial))
-        ranks.on_main(finish)
+        ranks.on_main(finish, "writing final/")
     except Exception as e:
         if ranks.is_main():
             shutil.rmtree(partial, ignore_errors=True)  # a full disk, most often: free room
@@ -275,8 +278,10 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
     if data.eval_ds is None and regression is None:
         return metrics | settle_window(trainer.model, out / "final", None, None)
     model = trainer.model
-    if getattr(trainer, "is_deepspeed_enabled", False):
-        model = _without_deepspeed(out / "final")
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(
+        trainer, "is_fsdp_enabled", False
+    ):
+        model = _reloaded_final(out / "final")
     else:
         free_training_memory(trainer)
     release_memory()
@@ -319,16 +324,16 @@ def _score_before(model, processor, data, model_cfg, train_cfg, out: Path) -> No
     score_held_out(model, processor, data, model_cfg, train_cfg, before, when="before fine-tuning")
 
 
-def _without_deepspeed(final_dir: Path):
+def _reloaded_final(final_dir: Path):
     """final/ loaded afresh for the main process to score alone, DeepSpeed switched off.
 
-    The training model cannot be scored by one process under DeepSpeed: under ZeRO-3 its
-    weights are split across the processes (each forward pass gathers them from all), and
-    any Trainer built now (the scorer's) would join the shared DeepSpeed state and try to
-    start a ZeRO inference engine. So the DeepSpeed config transformers keeps global is
-    dropped, accelerate's shared state and its environment flag are reset (the process
-    group stays), and the saved model, whole, is loaded in fp32 (a LoRA adapter on its
-    base, which is loaded unquantised even when --use_8bit/--use_4bit trained it).
+    The training model cannot be scored by one process under DeepSpeed or FSDP: its weights
+    are split across the processes (each forward pass gathers them from all, a collective
+    the others, done, never join). So the DeepSpeed config transformers keeps global is
+    dropped (from_pretrained would partition the model it loads), accelerate's shared state
+    and its environment flag are reset (the process group stays), and the saved model,
+    whole, is loaded in fp32 (a LoRA adapter on its base, which is loaded unquantised even
+    when --use_8bit/--use_4bit trained it).
     """
     import torch
     from accelerate.state import AcceleratorState

@@ -99,7 +99,9 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
         eval_ds = SpeechDataset(rows.eval, processor, language=ds_language, task=model_cfg.task)
     collator = WhisperCollator(processor, loaded.config.decoder_start_token_id)
     # The encoder cache is built once, by the main process; the others then find it made.
-    once = ranks.main_first() if train_cfg.cache_encoder_outputs else contextlib.nullcontext()
+    once = contextlib.nullcontext()
+    if train_cfg.cache_encoder_outputs:
+        once = ranks.main_first("building the encoder cache")
     with once:
         train_ds, train_collator = training_data(
             train_ds, rows.durations, loaded, collator, train_cfg, language=language,

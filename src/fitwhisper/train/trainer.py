@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
 from fitwhisper.precision import Precision
-from fitwhisper.train.ranks import TIMEOUT as RANK_TIMEOUT
+from fitwhisper.train.ranks import COLLECTIVE_TIMEOUT
 from fitwhisper.train.validation import reports_to
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def training_arguments(
         # Without CUDA, said outright: Trainer then takes bf16 on the CPU, and under torchrun
         # accelerate joins the processes over gloo (left unsaid, each trained alone).
         use_cpu=not _cuda_available(),
-        ddp_timeout=int(RANK_TIMEOUT.total_seconds()),  # ranks.py: the main rank's long work
+        ddp_timeout=int(COLLECTIVE_TIMEOUT.total_seconds()),  # ranks.py: long waits apart
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         activation_checkpointing=cfg.gradient_checkpointing,
         dataloader_num_workers=cfg.dataloader_num_workers,
