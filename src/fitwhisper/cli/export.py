@@ -119,9 +119,11 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.export.rescoring import rescore
     from fitwhisper.models.resolve import resolve_model
     from fitwhisper.models.short_window import thirty_second_note
+    from fitwhisper.paths import refuse_overlap
 
     a = build_config(ExportArgs, args)
     formats = check_formats(a.format)
+    refuse_overlap({"OUT": a.out}, {"--manifest": a.manifest})
     model = resolve_model(a.model)
     written = export_formats(model, a.out, formats, quantization=a.quantization,
                              ggml_dtype=a.ggml_dtype, overwrite=a.force)  # fmt: skip

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
     from fitwhisper.models.resolve import resolve_model
+    from fitwhisper.paths import refuse_overlap
     from fitwhisper.transcribe.formats import render
     from fitwhisper.transcribe.inputs import collect_inputs
     from fitwhisper.transcribe.run import (
@@ -78,6 +79,14 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         print(f"no audio to transcribe ({len(problems)} inputs failed)", file=sys.stderr)
         return 1
+    out_dir = Path(job.output_dir) if job.output_dir else None
+    stems = _unique_stems(files)
+    written = [("--output_file", job.output_file)]
+    if out_dir:
+        written += [("the transcript", out_dir / f"{stems[str(f)]}.{fmt}") for f in files
+                    for fmt in formats]  # fmt: skip
+    inputs = [("audio", f) for f in files]
+    refuse_overlap(written, [*inputs, ("--audio_list", job.audio_list), ("--model", job.model)])
     # 2. Engine and model: the spec is resolved here, once, and the result passed down.
     model = resolve_model(job.model)
     choice = choose_engine(job.engine, model, resolve_device(opts.device))
@@ -88,10 +97,8 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)  # fmt: skip
 
     # 3. Transcribe; outputs are written as files finish, stdout in input order at the end.
-    out_dir = Path(job.output_dir) if job.output_dir else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    stems = _unique_stems(files)
     done: dict[str, object] = {}
 
     def on_result(t) -> None:

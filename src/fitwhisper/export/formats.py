@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from fitwhisper.errors import ConfigError
-from fitwhisper.paths import require_folder
+from fitwhisper.models.ct2_export import EXPORT_INFO
+from fitwhisper.paths import refuse_overlap, require_folder
 
 
 @dataclass(frozen=True)
@@ -146,10 +147,12 @@ def export_formats(
     formats = check_formats(formats)
     out = Path(out)
     dests = destinations(out, formats)
-    require_folder(out, "OUT")  # before any conversion, not after it
+    model = as_resolved(model_spec)
+    # Before any conversion, not after it: OUT writable, never over the source.
+    require_folder(out, "OUT")
+    refuse_overlap({"OUT": out}, source_paths(model_spec, model))
     for dest in dests.values():
         _clear(dest, overwrite)
-    model = as_resolved(model_spec)
     # A run's model card sits beside its weights, or beside a LoRA adapter.
     card_from = Path(str(model.adapter or model.path_or_id))
     written = []
@@ -164,6 +167,9 @@ def export_formats(
             with _aside(dest) as work:
                 writer(fmt)(Path(source.path_or_id), work, **kwargs)
                 _copy_card(card_from, work)
+                # The record by which a later --force knows the folder as an export.
+                record = {"format": fmt, "source": model.spec}
+                (work / EXPORT_INFO).write_text(json.dumps(record, indent=2) + "\n")
             written.append(Written(fmt, dest, model.spec, _size_mb(dest)))
     return written
 
@@ -199,11 +205,32 @@ def transcribe_with(fmt: str, dest: Path, audios: list[np.ndarray], **kwargs) ->
 # --- helpers ------------------------------------------------------------------------------
 
 
+def source_paths(model_spec, model) -> dict[str, Path | str | None]:
+    """The source's paths on disk as the user named them and as they resolved (a run folder
+    names its final/; a LoRA adapter its base), for the rule that no output overlaps them."""
+    return {
+        "MODEL": str(getattr(model_spec, "spec", model_spec)),
+        "MODEL (resolved)": model.path_or_id if model.kind != "hub" else None,
+        "MODEL (adapter)": model.adapter,
+    }
+
+
 def _clear(dest: Path, overwrite: bool) -> None:
-    if dest.exists() and any(dest.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
-        shutil.rmtree(dest)
+    """An earlier export in `dest` removed with --force; anything else in it refused."""
+    from fitwhisper.models.ct2_export import export_info
+
+    if not dest.exists() or not any(dest.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
+    if not export_info(dest):
+        raise ConfigError(
+            f"{dest} exists and holds files that fitwhisper export did not write (no "
+            f"{EXPORT_INFO} in it): --force replaces an earlier export only, never a folder "
+            "it did not make",
+            hint="choose another OUT, or move that folder away yourself",
+        )
+    shutil.rmtree(dest)
 
 
 @contextlib.contextmanager
@@ -229,11 +256,3 @@ def _copy_card(source: Path, dest: Path) -> None:
 
 def _size_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
-
-
-def export_info(dest: Path) -> dict:
-    """What the export recorded about its source (ct2: fitwhisper_export.json)."""
-    try:
-        return json.loads((Path(dest) / "fitwhisper_export.json").read_text())
-    except (OSError, ValueError):
-        return {}

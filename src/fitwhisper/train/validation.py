@@ -64,6 +64,7 @@ def validate(
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)
     problems += _output_dir_problems(train_cfg)
+    problems += _overlap_problems(model_cfg, data_cfg, train_cfg)
     problems += method_problems(model_cfg, train_cfg, precision)
     problems += row_problems(model_cfg, data_cfg, train_cfg)
     problems += cache_problems(model_cfg, train_cfg)
@@ -199,6 +200,18 @@ def _reporting_problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
+def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
+    from fitwhisper.paths import overlap_problem
+
+    inputs = {"--model": model_cfg.model, "--plan": cfg.plan,
+              "--rehearsal_manifest": data_cfg.rehearsal_manifest} | {
+        f"--{name}": getattr(cfg, name)
+        for name in ("train_manifest", "eval_manifest", "regression_manifest")
+    }  # fmt: skip
+    why = overlap_problem({"--output_dir": cfg.output_dir}, inputs)
+    return [why] if why else []
+
+
 def _output_dir_problems(cfg: TrainConfig) -> list[str]:
     from fitwhisper.paths import folder_problem
     from fitwhisper.train.checkpoints import checkpoints, is_complete
@@ -207,6 +220,13 @@ def _output_dir_problems(cfg: TrainConfig) -> list[str]:
         return [unusable]
     problems = []
     found = checkpoints(cfg.output_dir)
+    final = Path(cfg.output_dir) / "final"
+    if final.is_dir() and not found and not cfg.resume and not cfg.overwrite_output_dir:
+        problems.append(
+            f"--output_dir {cfg.output_dir} holds the model of a finished run ({final}): a new "
+            "run there would replace it; choose another --output_dir, or pass "
+            "--overwrite_output_dir to replace it"
+        )
     if cfg.resume and cfg.overwrite_output_dir:
         problems.append("--resume and --overwrite_output_dir contradict each other; pick one")
     elif cfg.resume == "latest" and not any(is_complete(c) for c in found):
