@@ -5,7 +5,7 @@ at the top of a module or inside a function.
 Layers, lowest first (a unit may import its own modules and any lower layer):
 
     0  errors, logs, config, precision, method     ground: no fitwhisper imports above
-    1  scoring, codeswitch, paths
+    1  scoring, codeswitch, paths, folder_lock
     2  chinese_script, models
     3  data, memory
     4  evaluate, transcribe
@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
     **dict.fromkeys(("errors", "logs", "eval_config", "precision", "method", "__init__"), 0),
     "config": 1,  # re-exports eval_config's EvalConfig
-    **dict.fromkeys(("scoring", "codeswitch", "paths"), 1),
+    **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock"), 1),
     **dict.fromkeys(("chinese_script", "models"), 2),
     **dict.fromkeys(("data", "memory"), 3),
     **dict.fromkeys(("evaluate", "transcribe"), 4),

@@ -101,3 +101,35 @@ def test_the_rule_names_both_paths_and_how_they_meet(tmp_path: Path) -> None:
     assert "lies inside the input MODEL" in overlap_problem({"OUT": model / "ct2"}, inputs)
     assert "is the input --manifest" in overlap_problem([("x", data)], inputs)
     assert overlap_problem({"OUT": tmp_path / "exports", "none": None}, inputs) is None
+
+
+def test_a_second_evaluate_into_a_folder_in_use_is_refused(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
+) -> None:
+    """Two evaluations into one folder would each report the other's metrics.json: the
+    second is refused at once while the first holds the folder (its lock, here held by a
+    process standing in for it)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "eval"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom pathlib import Path\n"
+         "from fitwhisper.folder_lock import output_folder\n"
+         "with output_folder(Path(sys.argv[1]), 'evaluation'):\n"
+         "    print('held', flush=True); time.sleep(60)\n", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = subprocess.run(
+            [sys.executable, "-m", "fitwhisper", "evaluate", str(tiny_whisper_dir),
+             str(tone_manifest), "--output_dir", str(out)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        holder.kill()
+    assert done.returncode == 1
+    assert f"{out} is in use by another evaluation (pid {holder.pid}" in done.stderr
+    assert "Traceback" not in done.stderr and not (out / "metrics.json").exists()

@@ -57,8 +57,8 @@ def test_a_second_run_into_a_busy_folder_is_refused_naming_the_holder(
     holder = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys, time; from pathlib import Path; "
-            "from fitwhisper.train.lock import run_folder\n"
-            "with run_folder(Path(sys.argv[1])):\n"
+            "from fitwhisper.folder_lock import output_folder\n"
+            "with output_folder(Path(sys.argv[1])):\n"
             "    print('held', flush=True); time.sleep(600)"
         ), str(out)],
         env=ENV, stdout=subprocess.PIPE, text=True,
@@ -162,16 +162,16 @@ def test_a_full_disk_while_saving_is_one_paragraph_and_leaves_no_half_written_fo
 
 def test_run_folder_made_for_a_run_that_failed_at_once_is_removed(tmp_path: Path) -> None:
     from fitwhisper.errors import DataError
-    from fitwhisper.train.lock import LOCK_FILE, run_folder
+    from fitwhisper.folder_lock import LOCK_FILE, output_folder
 
     out = tmp_path / "new" / "run"
-    with pytest.raises(DataError), run_folder(out):
+    with pytest.raises(DataError), output_folder(out):
         assert (out / LOCK_FILE).is_file()
         raise DataError("no usable rows")
     assert not (tmp_path / "new").exists()
     # A folder that was there before stays, with what it held.
     out.mkdir(parents=True)
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(DataError), run_folder(out):
+    with pytest.raises(DataError), output_folder(out):
         raise DataError("no usable rows")
     assert [p.name for p in out.iterdir()] == ["notes.txt"]

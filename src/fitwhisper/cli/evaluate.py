@@ -74,14 +74,26 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.evaluate import compare_manifest, evaluate_manifest
-
     cmd = build_config(EvaluateCommand, args)
     cfg, data_cfg = build_config(EvalConfig, args), build_config(DataConfig, args)
-    if cmd.output_dir:
-        from fitwhisper.paths import require_folder
+    if not cmd.output_dir:
+        return _evaluate(cmd, cfg, data_cfg)
+    from pathlib import Path
 
-        require_folder(cmd.output_dir, "--output_dir")  # before the model runs, not after
+    from fitwhisper.folder_lock import output_folder
+    from fitwhisper.paths import refuse_overlap, require_folder
+
+    # Before the model runs, not after it.
+    require_folder(cmd.output_dir, "--output_dir")
+    inputs = {"MODEL": cmd.model, "MANIFEST": cmd.manifest, "--compare": cmd.compare}
+    refuse_overlap({"--output_dir": cmd.output_dir}, inputs)
+    with output_folder(Path(cmd.output_dir), "evaluation"):
+        return _evaluate(cmd, cfg, data_cfg)
+
+
+def _evaluate(cmd: EvaluateCommand, cfg: EvalConfig, data_cfg: DataConfig) -> int:
+    from fitwhisper.evaluate import compare_manifest, evaluate_manifest
+
     if cmd.compare:
         cmp = compare_manifest(cmd.model, cmd.compare, cmd.manifest, cfg, data_cfg)
         print(cmp.format_table())

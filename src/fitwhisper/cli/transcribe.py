@@ -42,7 +42,6 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
     from fitwhisper.models.resolve import resolve_model
-    from fitwhisper.paths import refuse_overlap
     from fitwhisper.transcribe.formats import render
     from fitwhisper.transcribe.inputs import collect_inputs
     from fitwhisper.transcribe.run import (
@@ -81,12 +80,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     out_dir = Path(job.output_dir) if job.output_dir else None
     stems = _unique_stems(files)
-    written = [("--output_file", job.output_file)]
-    if out_dir:
-        written += [("the transcript", out_dir / f"{stems[str(f)]}.{fmt}") for f in files
-                    for fmt in formats]  # fmt: skip
-    inputs = [("audio", f) for f in files]
-    refuse_overlap(written, [*inputs, ("--audio_list", job.audio_list), ("--model", job.model)])
+    _refuse_writing_over_inputs(job, files, formats, stems)
     # 2. Engine and model: the spec is resolved here, once, and the result passed down.
     model = resolve_model(job.model)
     choice = choose_engine(job.engine, model, resolve_device(opts.device))
@@ -181,6 +175,19 @@ def _check_outputs(output_dir: str | None, output_file: str | None) -> None:
             hint="name a folder you can write (it is created if missing), or pass "
             "--output_file for one file",
         )
+
+
+def _refuse_writing_over_inputs(job, files: list[Path], formats: list[str], stems) -> None:
+    """Every transcript path, checked against every input before any model loads."""
+    from fitwhisper.paths import refuse_overlap
+
+    written = [("--output_file", job.output_file)]
+    if job.output_dir:
+        out_dir = Path(job.output_dir)
+        written += [("the transcript", out_dir / f"{stems[str(f)]}.{fmt}") for f in files
+                    for fmt in formats]  # fmt: skip
+    inputs = [("audio", f) for f in files]
+    refuse_overlap(written, [*inputs, ("--audio_list", job.audio_list), ("--model", job.model)])
 
 
 def _unique_stems(files: list[Path]) -> dict[str, str]:

@@ -19,7 +19,6 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
   sizes), judged by their contents, rotated without losing the last whole one
 - `resume`: which checkpoint to continue from, refusing a changed run, the run folder on
   start, a run resumed at its last step finished without training
-- `lock`: one run per folder (a kernel lock, released when its process ends)
 - `record`: RUN/fitwhisper.yaml, the run record
 - `ranks`: several processes (torchrun, accelerate launch): what the main one does alone
 - `sharding`: `--deepspeed` (the shipped ZeRO configs, a file, what they refuse) and FSDP

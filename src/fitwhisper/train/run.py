@@ -56,8 +56,8 @@ def train(
         ModelLoadError: the model cannot be resolved.
         DivergenceError: a NaN/Inf loss, gradient or weight, at the step named (guard.py).
     """
+    from fitwhisper.folder_lock import output_folder
     from fitwhisper.train import ranks, setup
-    from fitwhisper.train.lock import run_folder
     from fitwhisper.train.validation import validate
 
     # 0. Options: a memory plan (--plan, --auto_fit), presets, precision, all checked at
@@ -82,7 +82,7 @@ def train(
         processor = setup.processor(resolved, model_cfg)
 
     # 2. One run per folder (lock.py); a folder this run made goes again on an early error.
-    with run_folder(Path(train_cfg.output_dir)) as out:
+    with output_folder(Path(train_cfg.output_dir)) as out:
         return _train_in(out, resolved, processor, model_cfg, data_cfg, train_cfg, precision,
                          callbacks)  # fmt: skip
 

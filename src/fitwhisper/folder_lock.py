@@ -1,10 +1,12 @@
-"""One run per folder: `train` holds an exclusive lock on its output folder while it runs.
+"""One command per output folder: `train` and `evaluate` hold an exclusive lock on the
+folder they write while they run.
 
-A second `train` into the same folder is refused at once, naming the process that holds it.
+A second command into the same folder is refused at once, naming the process that holds it
+(two evaluations into one folder would each report the other's metrics.json).
 The lock is the kernel's (POSIX `flock` on RUN/.fitwhisper.lock), so a run that crashes or
 is killed releases it with its process: a stale lock file never blocks a later run.
 
-`run_folder` also keeps user errors from leaving anything behind: the folders it created
+`output_folder` also keeps user errors from leaving anything behind: the folders it created
 are removed again if the run fails before it wrote anything but the lock.
 """
 
@@ -25,8 +27,9 @@ LOCK_FILE = ".fitwhisper.lock"
 
 
 @contextlib.contextmanager
-def run_folder(out: Path) -> Iterator[Path]:
-    """Create `out` if needed and hold its lock for the block.
+def output_folder(out: Path, work: str = "training run") -> Iterator[Path]:
+    """Create `out` if needed and hold its lock for the block; `work` names what writes it
+    (a "training run", an "evaluation") in the refusal.
 
     Raises:
         ConfigError: another process holds the folder.
@@ -36,7 +39,7 @@ def run_folder(out: Path) -> Iterator[Path]:
     # Under torchrun every process runs `train`; the main one holds the folder for them all.
     main_process = int(os.environ.get("RANK", "0")) == 0
     try:
-        with _locked(out / LOCK_FILE) if main_process else contextlib.nullcontext():
+        with _locked(out / LOCK_FILE, work) if main_process else contextlib.nullcontext():
             yield out
     except BaseException:
         for folder in created:
@@ -48,7 +51,7 @@ def run_folder(out: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, work: str) -> Iterator[None]:
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the folder is not guarded there
@@ -62,9 +65,10 @@ def _locked(path: Path) -> Iterator[None]:
             holder = _holder(path)
             f.close()
             raise ConfigError(
-                f"{path.parent} is in use by another training run ({holder}); two runs in one "
-                "folder would overwrite each other's checkpoints and final model",
-                hint="wait for that run to end (or stop it), or train into another --output_dir",
+                f"{path.parent} is in use by another {work} ({holder}); two in one folder "
+                "would overwrite each other's results",
+                hint=f"wait for that {work.split()[-1]} to end (or stop it), or write into "
+                "another --output_dir",
             ) from None
         # The previous holder may have removed the file between our open and our lock:
         # then we hold a lock on a name nobody sees; take the new file instead.
