@@ -75,17 +75,17 @@ def _torchrun(*script: str) -> list[str]:
             "--nproc_per_node", "2", *script]  # fmt: skip
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    """`cmd` in its own session; its whole process group is killed after HANG_AFTER_S."""
+def _run(cmd: list[str], hang_after_s: int = HANG_AFTER_S) -> subprocess.CompletedProcess:
+    """`cmd` in its own session; its whole process group is killed after `hang_after_s`."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)  # fmt: skip
     try:
-        out, _ = proc.communicate(timeout=HANG_AFTER_S)
+        out, _ = proc.communicate(timeout=hang_after_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        pytest.fail(f"hung for {HANG_AFTER_S} s: {' '.join(cmd)}\n{out[-3000:]}")
+        pytest.fail(f"hung for {hang_after_s} s: {' '.join(cmd)}\n{out[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
@@ -177,6 +177,33 @@ def test_an_oom_on_one_rank_backs_off_without_a_hang_and_keeps_the_losses(
                         *_train_args(tiny_whisper_dir, clips, out)))  # fmt: skip
     assert "out of memory at step 3 with per-device batch 2: now per-device batch 1" in log
     _assert_same_run(out, one_process)
+
+
+def test_an_oom_in_the_backward_pass_under_ddp_stops_with_advice(
+    tiny_whisper_dir, clips, tmp_path
+) -> None:
+    """Rank 1 runs out of memory in step 1's backward pass, after DDP has marked the
+    decoder's gradients ready: splitting would run that backward again (before the fix:
+    "Expected to have finished reduction in the prior iteration", a traceback), so the run
+    stops with the advice, and torchrun stops rank 0. 120 s: the run takes about 20."""
+    out = tmp_path / "oom_backward"
+    fault = _torchrun(str(HERE / "rank_faults.py"), "oom_backward", "1", "1",
+                      *_train_args(tiny_whisper_dir, clips, out))  # fmt: skip
+    done = _run(fault, hang_after_s=120)
+    assert done.returncode != 0
+    assert (
+        "error (rank 1): out of memory in training with a batch of 2 in the backward pass "
+        "under DDP, after the gradient all-reduce had begun"
+    ) in done.stdout
+    assert (
+        "hint: lower --per_device_train_batch_size (raise --gradient_accumulation_steps to "
+        "keep the effective batch), turn on --gradient_checkpointing, or run `fitwhisper plan "
+        f"--model {tiny_whisper_dir} --per_device_train_batch_size 1 --max_audio_len 30 "
+        "--num_gpus 2` to find settings that fit"
+    ) in done.stdout
+    assert "now per-device batch" not in done.stdout
+    assert "Expected to" not in done.stdout and "[rank1]: Traceback" not in done.stdout
+    assert not (out / "final").exists()
 
 
 def test_a_killed_two_process_run_resumes_to_the_uninterrupted_losses(
