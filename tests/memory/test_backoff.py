@@ -284,3 +284,25 @@ def test_under_fsdp_an_oom_stops_with_advice_instead_of_splitting(
         else "lower --per_device_eval_batch_size or --generation_max_length"
     )
     assert trainer.backoff_events == []
+
+
+def test_under_ddp_only_an_oom_in_the_backward_pass_is_not_split() -> None:
+    """A forward-pass OOM leaves DDP's reducer as it was, so the batch is split as on one
+    process (test_multiprocess.py runs both on two processes); one in the backward pass
+    is not. Gradient checkpointing already on is not advised again."""
+    from types import SimpleNamespace
+
+    from fitwhisper.memory.oom_stop import refusal
+
+    ddp = object.__new__(torch.nn.parallel.DistributedDataParallel)  # its type is what counts
+    args = SimpleNamespace(world_size=2, activation_checkpointing=True)
+    trainer = SimpleNamespace(is_deepspeed_enabled=False, is_fsdp_enabled=False,
+                              memory_request=None, args=args)  # fmt: skip
+    assert refusal(trainer, "training", model=ddp, in_backward=False) is None
+    assert refusal(trainer, "training", model=torch.nn.Linear(1, 1), in_backward=True) is None
+    refused = refusal(trainer, "training", model=ddp, in_backward=True)
+    assert refused is not None and refused.why.startswith("in the backward pass under DDP")
+    assert refused.hint == (
+        "lower --per_device_train_batch_size (raise --gradient_accumulation_steps to keep the "
+        "effective batch), or run `fitwhisper plan` to find settings that fit"
+    )
