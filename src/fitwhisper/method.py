@@ -63,3 +63,31 @@ def method_flags(method: Method) -> dict[str, bool]:
 
 def is_quantised(method: Method) -> bool:
     return method in ("8bit", "4bit")
+
+
+def weight_sharding_refusal(
+    method: Method, sharding: Literal["fsdp", "zero3"], named: str
+) -> tuple[str, str] | None:
+    """Why `method` cannot train with its weights split across processes by `sharding`
+    (`named` as the user asked for it), and what to do instead; None where it can.
+
+    `train` (train/sharding.py) and `plan` (memory/sharded.py) both ask here. Refused: an
+    8-bit/4-bit base under FSDP or ZeRO-3. bitsandbytes packs those weights in integer
+    tensors: FSDP1 cannot flatten them (torch's fsdp/_flat_param.py: "Cannot flatten
+    integer dtype tensors"), and PEFT's recipes for QLoRA under FSDP and ZeRO-3 store the
+    4-bit weights in a float dtype instead (bnb_4bit_quant_storage), which fitwhisper does
+    not; 8-bit has no such recipe. ZeRO-3 partitioning fitwhisper's integer-packed base ran
+    on bitsandbytes' CPU backend only, never on CUDA.
+    """
+    if not is_quantised(method):
+        return None
+    flag = f"--use_{method}"
+    name = "FSDP" if sharding == "fsdp" else "ZeRO-3"
+    return (
+        f"{flag} with {named}: {name} splits every weight across the processes, and "
+        "fitwhisper's 8-bit/4-bit base (bitsandbytes, packed in integer tensors) is not "
+        "supported split that way",
+        "train the quantised base with plain DDP (torchrun without --deepspeed), or with "
+        f"--deepspeed zero2 (weights whole on every GPU), or drop {flag} and shard LoRA "
+        f"(--use_lora) or a full fine-tune with {named}",
+    )

@@ -244,3 +244,65 @@ def test_evaluation_generates_under_the_runs_mixed_precision(
          generation_max_length=4)  # fmt: skip
     assert len(seen) >= 2  # the loss forward and generation, per eval batch
     assert all(seen)
+
+
+@pytest.mark.parametrize("phase", ["training", "evaluation"])
+def test_under_fsdp_an_oom_stops_with_advice_instead_of_splitting(
+    phase: str, tiny_whisper_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FSDP gathers the weights from every process in each forward pass, so a process that
+    split its batch would wait on all-gathers the others never join (a hang). FSDP needs a
+    GPU (accelerate 1.15), so the Trainer's own flag is set here as it is under
+    `accelerate launch --use_fsdp`; before the fix the batch of 4 was split down to 1."""
+    from transformers import Seq2SeqTrainingArguments
+
+    from fitwhisper.memory.backoff import BackoffTrainer
+    from fitwhisper.models.resolve import load_model
+
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    trainer = BackoffTrainer(model=load_model(str(tiny_whisper_dir)), args=args)
+    trainer.is_fsdp_enabled = True
+    trainer.current_gradient_accumulation_steps = 1  # set by train(), which is not run here
+    gpu = _FakeGpu(monkeypatch, fits=1, from_step=None, in_eval=True)
+    gpu.armed = True
+    inputs = {"input_features": torch.zeros(4, 80, 3000), "labels": torch.full((4, 3), 100)}
+    with pytest.raises(OutOfMemoryError) as err:
+        if phase == "training":
+            trainer.training_step(trainer.model, inputs)
+        else:
+            trainer.prediction_step(trainer.model, inputs, prediction_loss_only=True)
+    assert gpu.ooms == 1  # not retried
+    assert err.value.message == (
+        f"out of memory in {phase} with a batch of 4 under FSDP, where every forward pass "
+        "gathers the weights from all processes: one process cannot split its batch into "
+        "more passes than the others make (they would wait for it for ever)"
+    )
+    assert err.value.hint == (
+        "lower --per_device_train_batch_size (raise --gradient_accumulation_steps to keep the "
+        "effective batch), or turn on --gradient_checkpointing"
+        if phase == "training"
+        else "lower --per_device_eval_batch_size or --generation_max_length"
+    )
+    assert trainer.backoff_events == []
+
+
+def test_under_ddp_only_an_oom_in_the_backward_pass_is_not_split() -> None:
+    """A forward-pass OOM leaves DDP's reducer as it was, so the batch is split as on one
+    process (test_multiprocess.py runs both on two processes); one in the backward pass
+    is not. Gradient checkpointing already on is not advised again."""
+    from types import SimpleNamespace
+
+    from fitwhisper.memory.oom_stop import refusal
+
+    ddp = object.__new__(torch.nn.parallel.DistributedDataParallel)  # its type is what counts
+    args = SimpleNamespace(world_size=2, activation_checkpointing=True)
+    trainer = SimpleNamespace(is_deepspeed_enabled=False, is_fsdp_enabled=False,
+                              memory_request=None, args=args)  # fmt: skip
+    assert refusal(trainer, "training", model=ddp, in_backward=False) is None
+    assert refusal(trainer, "training", model=torch.nn.Linear(1, 1), in_backward=True) is None
+    refused = refusal(trainer, "training", model=ddp, in_backward=True)
+    assert refused is not None and refused.why.startswith("in the backward pass under DDP")
+    assert refused.hint == (
+        "lower --per_device_train_batch_size (raise --gradient_accumulation_steps to keep the "
+        "effective batch), or run `fitwhisper plan` to find settings that fit"
+    )

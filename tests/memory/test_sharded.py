@@ -211,6 +211,25 @@ def test_bad_values_are_refused_without_a_traceback(small_config_dir, capsys, fl
     assert "\nhint: " in err
 
 
+@pytest.mark.parametrize("stage", ["zero3", "zero3_offload"])
+def test_a_quantised_base_under_zero3_is_refused_as_train_refuses_it(
+    small_config_dir, capsys, stage
+):
+    """plan and train ask the same question (fitwhisper.method.weight_sharding_refusal), so
+    they give the same answer (train's side: tests/train/test_deepspeed.py)."""
+    argv = ["plan", "--model", str(small_config_dir), "--num_gpus", "2", "--deepspeed", stage]
+    assert main([*argv, "--use_8bit"]) == 1
+    assert capsys.readouterr().err == (
+        f"error: --use_8bit with --deepspeed {stage}: ZeRO-3 splits every weight across the "
+        "processes, and fitwhisper's 8-bit/4-bit base (bitsandbytes, packed in integer "
+        "tensors) is not supported split that way\n\n"
+        "hint: train the quantised base with plain DDP (torchrun without --deepspeed), or "
+        "with --deepspeed zero2 (weights whole on every GPU), or drop --use_8bit and shard "
+        f"LoRA (--use_lora) or a full fine-tune with --deepspeed {stage}\n"
+    )
+    assert main([*argv, "--use_lora"]) == 0
+
+
 def test_an_unknown_stage_is_refused(small_config_dir, capsys):
     with pytest.raises(SystemExit) as e:
         main(["plan", "--model", str(small_config_dir), "--num_gpus", "2", "--deepspeed", "z9"])

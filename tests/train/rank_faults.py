@@ -1,11 +1,13 @@
 """Run the fitwhisper command line with a fault on one process of a multi-process run.
 
-    torchrun --nproc_per_node 2 rank_faults.py oom|kill RANK STEP fitwhisper-arguments...
+    torchrun --nproc_per_node 2 rank_faults.py FAULT RANK STEP fitwhisper-arguments...
 
 From its STEP-th training forward pass on (counted from 1), the process with rank RANK
-either raises torch.OutOfMemoryError for any batch larger than one clip (`oom`: as a GPU
-that is a little too small would), or SIGKILLs itself (`kill`: a machine that dies).
-The other ranks run normally.
+does FAULT for any batch larger than one clip: `oom` raises torch.OutOfMemoryError in the
+forward pass, as a GPU that is a little too small would; `oom_backward` raises it in the
+backward pass, once the decoder's gradients are made and DDP has marked them ready (with
+gradient checkpointing's recomputation, OOMs land there); `kill` SIGKILLs the process (a
+machine that dies), whatever its batch. The other ranks run normally.
 """
 
 from __future__ import annotations
@@ -24,6 +26,22 @@ def _install(fault: str, rank: int, step: int) -> None:
     real = WhisperForConditionalGeneration.forward
     calls = 0
 
+    class _OomInBackward(torch.autograd.Function):
+        """Identity forward; its backward raises, as the allocator would there."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise torch.OutOfMemoryError("injected: CUDA out of memory (rank_faults.py, backward)")
+
+    def fail_backward(module, args, output):
+        # The encoder's output: backward reaches it after every decoder gradient is made.
+        output.last_hidden_state = _OomInBackward.apply(output.last_hidden_state)
+        return output
+
     def forward(self, *args, **kwargs):
         nonlocal calls
         if self.training:
@@ -33,7 +51,14 @@ def _install(fault: str, rank: int, step: int) -> None:
                     os.kill(os.getpid(), signal.SIGKILL)
                 features = kwargs.get("input_features")
                 if features is not None and features.shape[0] > 1:
-                    raise torch.OutOfMemoryError("injected: CUDA out of memory (rank_faults.py)")
+                    if fault == "oom":
+                        msg = "injected: CUDA out of memory (rank_faults.py)"
+                        raise torch.OutOfMemoryError(msg)
+                    hook = self.model.encoder.register_forward_hook(fail_backward)
+                    try:
+                        return real(self, *args, **kwargs)
+                    finally:
+                        hook.remove()
         return real(self, *args, **kwargs)
 
     WhisperForConditionalGeneration.forward = forward

@@ -18,7 +18,13 @@ import pytest
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
 from fitwhisper.train import validate
-from fitwhisper.train.sharding import NAMES, config_path, load_config, zero_stage
+from fitwhisper.train.sharding import (
+    GATHER_ON_SAVE,
+    NAMES,
+    config_path,
+    load_config,
+    zero_stage,
+)
 
 # Every value the Trainer's arguments decide; a shipped config that fixed one would make
 # HfDeepSpeedConfig refuse a run whose flags differ ("mismatch") or silently disagree.
@@ -126,16 +132,26 @@ def test_without_the_package_the_error_gives_the_install_command(
 
 
 @pytest.mark.parametrize("flag", ["use_8bit", "use_4bit"])
-def test_a_quantised_base_is_not_refused_with_any_stage(
+def test_a_quantised_base_trains_under_zero2_and_is_refused_under_zero3(
     flag: str, tmp_path: Path, deepspeed_installed
 ) -> None:
-    """LoRA on an 8-bit or 4-bit base trained under zero2 and zero3 alike (test_sharded.py)."""
+    """ZeRO-3 splits the weights, which a bitsandbytes base does not support here; the
+    reason is fitwhisper.method's, which `plan` gives too (tests/memory/test_sharded.py).
+    Before, both stages passed."""
     model = ModelConfig(model="no/such-model", use_lora=True, **{flag: True})
-    for name in NAMES:
-        try:  # bitsandbytes may be missing here: only DeepSpeed's own problems count
-            _passes(tmp_path, model, deepspeed=name)
-        except ConfigError as e:
-            assert "deepspeed" not in e.message.lower()
+    _passes(tmp_path, model, deepspeed="zero2")
+    own = tmp_path / "z3.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": 3, GATHER_ON_SAVE: True}}))
+    for value, named in (("zero3", "zero3"), ("zero3_offload", "zero3_offload"),
+                         (str(own), f"{own} (ZeRO-3)")):  # fmt: skip
+        assert _problems(tmp_path, model, deepspeed=value) == (
+            f"the options conflict:\n  - --{flag} with --deepspeed {named}: ZeRO-3 "
+            "splits every weight across the processes, and fitwhisper's 8-bit/4-bit base "
+            "(bitsandbytes, packed in integer tensors) is not supported split that way; train "
+            "the quantised base with plain DDP (torchrun without --deepspeed), or with "
+            f"--deepspeed zero2 (weights whole on every GPU), or drop --{flag} and shard LoRA "
+            f"(--use_lora) or a full fine-tune with --deepspeed {named}"
+        )
 
 
 def test_auto_fit_an_overridden_optimizer_and_skipping_steps_are_refused(
@@ -255,3 +271,24 @@ def test_an_fsdp_launch_must_save_a_full_state_dict(
         assert "launch with --fsdp_state_dict_type FULL_STATE_DICT" in _problems(tmp_path)
     else:
         _passes(tmp_path)
+
+
+def test_a_quantised_base_under_fsdp_is_refused_before_it_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FSDP cannot flatten bitsandbytes' integer-packed weights; LoRA on a float base is
+    sharded by FSDP as usual. Before, the launch was accepted (FSDP needs a GPU, so the
+    environment accelerate launch --use_fsdp sets is set here)."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.delenv("FSDP_STATE_DICT_TYPE", raising=False)
+    monkeypatch.delenv("FSDP_VERSION", raising=False)
+    _passes(tmp_path, ModelConfig(model="no/such-model", use_lora=True))
+    model = ModelConfig(model="no/such-model", use_lora=True, use_4bit=True)
+    assert _problems(tmp_path, model) == (
+        "the options conflict:\n  - --use_4bit with FSDP (accelerate launch --use_fsdp): "
+        "FSDP splits every weight across the processes, and fitwhisper's 8-bit/4-bit base "
+        "(bitsandbytes, packed in integer tensors) is not supported split that way; train the "
+        "quantised base with plain DDP (torchrun without --deepspeed), or with --deepspeed "
+        "zero2 (weights whole on every GPU), or drop --use_4bit and shard LoRA (--use_lora) or "
+        "a full fine-tune with FSDP (accelerate launch --use_fsdp)"
+    )

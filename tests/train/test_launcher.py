@@ -45,3 +45,18 @@ def test_real_training_arguments_read_the_field_it_sets() -> None:
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none")
     args._n_gpu = 3
     assert args.n_gpu == 3
+
+
+@pytest.mark.parametrize(
+    ("method", "find_unused"), [("full", None), ("lora", False), ("8bit", False), ("4bit", False)]
+)
+def test_adapters_tell_ddp_that_no_parameter_goes_unused(method, find_unused, tmp_path) -> None:
+    """Trainer would have DDP search for unused parameters after every backward of a
+    PeftModel; every adapter is used (test_multiprocess.py runs LoRA on two processes).
+    Full fine-tuning keeps Trainer's choice (None)."""
+    from fitwhisper.config import TrainConfig
+    from fitwhisper.train.trainer import training_arguments
+
+    cfg = TrainConfig(output_dir=str(tmp_path / "run"))
+    args = training_arguments(cfg, "fp32", has_eval=False, method=method)
+    assert args.ddp_find_unused_parameters is find_unused

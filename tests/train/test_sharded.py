@@ -133,19 +133,20 @@ def test_zero3_trains_like_one_process_and_scores_final_on_the_main_process(
 
 
 @needs_deepspeed
-def test_zero3_trains_lora_on_a_4bit_base(
+def test_zero2_trains_lora_on_a_4bit_base(
     tiny_whisper_dir,
     clips,  # noqa: F811
     tmp_path,
 ) -> None:
-    """QLoRA under ZeRO-3: the base loads whole in each process and DeepSpeed partitions it
-    (frozen), the adapters train, and final/ holds the trained adapter."""
+    """QLoRA under ZeRO-2: the base loads whole in each process and stays whole (ZeRO-3,
+    which would split it, is refused: test_deepspeed.py), the adapters train, and final/
+    holds the trained adapter."""
     from safetensors.torch import load_file
 
     out = tmp_path / "qlora"
     args = _train_args(tiny_whisper_dir, clips, out)
     args[args.index("--max_steps") + 1] = "2"
-    _ok(_torchrun("-m", "fitwhisper", *args, "--use_4bit", "--deepspeed", "zero3"))
+    _ok(_torchrun("-m", "fitwhisper", *args, "--use_4bit", "--deepspeed", "zero2"))
     losses = _losses(out)
     assert sorted(losses) == [1, 2] and all(0 < v < 20 for v in losses.values())
     adapter = load_file(str(out / "final" / "adapter_model.safetensors"))

@@ -26,15 +26,15 @@ the failed micro-batch's gradients: when the optimizer step had none before it, 
 cleared and the retry is exact; otherwise a warning says the step's gradient keeps that
 partial micro-batch.
 
-Several processes (DDP): a rank that runs out of memory splits its own batch alone; its
-micro-batches but the last run under `no_sync`, so it still all-reduces once per batch,
-as the others do, and the averaged gradient is the same as without the OOM.
+Several processes (DDP): a rank that runs out of memory in the forward pass splits its own
+batch alone; its micro-batches but the last run under `no_sync`, so it still all-reduces
+once per batch, as the others do, and the averaged gradient is the same as without the OOM.
 
-DeepSpeed (`--deepspeed`): the engine owns gradient accumulation (every backward is one of
-its micro-steps, and ZeRO-2/3 cannot hold back the gradient reduction with no_sync), so a
-training batch is never split there: an OOM ends the run with the advice below. Under
-ZeRO-3 evaluation is not split either: every forward pass gathers the weights from all
-processes, so each must run as many as the others.
+Where a split would put the processes out of step, the run stops with advice instead
+(oom_stop.py decides, and says why): any training batch under DeepSpeed (the engine owns
+gradient accumulation), training and evaluation under FSDP and ZeRO-3 (every forward pass
+gathers weights from all processes), and an OOM in the backward pass under DDP (DDP's
+reducer is already counting that backward's gradients).
 
 Not covered: OOM outside training_step (the optimizer step, gradient clipping, saving),
 where there is no batch to shrink (the first step allocates the optimizer states, whatever
@@ -52,12 +52,10 @@ from typing import Any
 import torch
 from transformers import Seq2SeqTrainer
 
-from fitwhisper.errors import OutOfMemoryError
+from fitwhisper.memory.oom_stop import no_fit_error, refusal
 from fitwhisper.memory.predict import MemoryRequest
 
 log = logging.getLogger(__name__)
-
-GIB = 2**30
 
 
 def release_memory() -> None:
@@ -123,6 +121,10 @@ class BackoffTrainer(Seq2SeqTrainer):
                 loss = part if loss is None else loss + part
                 continue
             # Out of the except block, so the traceback's tensors can be freed.
+            refused = refusal(self, "training", model=model, in_backward=in_backward)
+            if refused:
+                release_memory()
+                raise no_fit_error(self, "training", _batch_size(chunk), refused)
             if in_backward:
                 if grads_were_empty:
                     model.zero_grad(set_to_none=True)
@@ -133,8 +135,6 @@ class BackoffTrainer(Seq2SeqTrainer):
                         self.state.global_step + 1,
                     )
             release_memory()
-            if self.is_deepspeed_enabled:  # DeepSpeed counts micro-steps: never split
-                raise self._no_fit_error("training", _batch_size(chunk), split=False)
             self._back_off_training(batch, _batch_size(chunk))
             # Only the failed chunk is redone, cut to the new micro-batch size.
             size = min(-(-batch // self.train_split), -(-_batch_size(chunk) // 2))
@@ -164,7 +164,7 @@ class BackoffTrainer(Seq2SeqTrainer):
     def _back_off_training(self, batch: int, failed: int) -> None:
         old_micro = -(-batch // self.train_split)
         if failed <= 1:
-            raise self._no_fit_error("training", failed)
+            raise no_fit_error(self, "training", failed)
         self.train_split *= 2
         new_micro = -(-batch // self.train_split)
         ga = self.args.gradient_accumulation_steps
@@ -205,10 +205,10 @@ class BackoffTrainer(Seq2SeqTrainer):
             # has no side effects, so the whole batch is redone in smaller chunks.
             release_memory()
             old = -(-batch // self.eval_split)
-            if _zero3(self):  # each forward gathers weights from every process: never split
-                raise self._no_fit_error("evaluation", old, split=False)
+            if refused := refusal(self, "evaluation"):
+                raise no_fit_error(self, "evaluation", old, refused)
             if old <= 1:
-                raise self._no_fit_error("evaluation", old)
+                raise no_fit_error(self, "evaluation", old)
             self.eval_split *= 2
             new = -(-batch // self.eval_split)
             self.backoff_events.append(
@@ -253,82 +253,8 @@ class BackoffTrainer(Seq2SeqTrainer):
         width = max(t.shape[-1] for t in tensors)
         return torch.cat([self._pad_tensors_to_max_len(t, width) for t in tensors])
 
-    # --- giving up ------------------------------------------------------------------------
-
-    def _no_fit_error(self, phase: str, batch: int, split: bool = True) -> OutOfMemoryError:
-        where = ""
-        if torch.cuda.is_available():
-            free, total = torch.cuda.mem_get_info()
-            where = f" on this GPU ({total / GIB:.1f} GiB, {free / GIB:.1f} GiB free now)"
-        message = (
-            f"out of memory in {phase} with a batch of {batch}{where}: even one clip does not "
-            "fit with these settings"
-        )
-        if not split:
-            flag = (
-                "per_device_train_batch_size"
-                if phase == "training"
-                else "per_device_eval_batch_size"
-            )
-            message = (
-                f"out of memory in {phase} with a batch of {batch}{where} under DeepSpeed, "
-                "which leaves no room to split the batch (it owns gradient accumulation)"
-            )
-            return OutOfMemoryError(
-                message,
-                hint=f"lower --{flag} (raise --gradient_accumulation_steps to keep the "
-                "effective batch), or shard more: --deepspeed zero3, then zero3_offload",
-            )
-        hint = "run `fitwhisper plan` to find settings that fit"
-        if self.memory_request:
-            need = _predicted_total(self.memory_request)
-            if need is not None:
-                message += (
-                    f"; the predicted peak of a training step at batch 1 is {need / GIB:.1f} GiB"
-                )
-            hint = f"`{plan_command(self.memory_request)}` shows where that memory goes"
-        hint += (
-            "; LoRA (--use_lora), --use_8bit or --use_4bit, --gradient_checkpointing, "
-            "fp16/bf16 or a smaller model need less"
-            + ("" if phase == "training" else "; a lower --generation_max_length helps too")
-        )
-        return OutOfMemoryError(message, hint=hint)
-
-
-def plan_command(request: MemoryRequest) -> str:
-    """The `fitwhisper plan` command for `request` at batch 1."""
-    flags = [f"--model {request.model}", "--per_device_train_batch_size 1"]
-    if request.precision != "fp32":
-        flags.append(f"--{request.precision}")
-    for name in ("gradient_checkpointing", "freeze_encoder", "use_lora", "use_8bit", "use_4bit"):
-        if getattr(request, name):
-            flags.append(f"--{name}")
-    flags.append(f"--max_audio_len {request.max_audio_len:g}")
-    return "fitwhisper plan " + " ".join(flags)
-
 
 # --- batches ------------------------------------------------------------------------------
-
-
-def _predicted_total(request: MemoryRequest) -> int | None:
-    """predict_memory's total at batch 1 for this run, or None when it cannot say."""
-    from fitwhisper.memory.predict import predict_memory
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        return predict_memory(request, per_device_train_batch_size=1, device=device).total_bytes
-    except Exception as e:  # the message must not fail on an option the predictor lacks
-        log.debug("no prediction for the out-of-memory message: %s", e)
-        return None
-
-
-def _zero3(trainer) -> bool:
-    """Whether `trainer` runs under DeepSpeed ZeRO-3 (weights partitioned across processes)."""
-    if not getattr(trainer, "is_deepspeed_enabled", False):
-        return False
-    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-
-    return is_deepspeed_zero3_enabled()
 
 
 def _batch_size(inputs: dict[str, Any]) -> int:

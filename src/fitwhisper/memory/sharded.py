@@ -51,6 +51,7 @@ from fitwhisper.memory.predict import (
     MemoryPrediction,
     MemoryRequest,
 )
+from fitwhisper.method import method_of, weight_sharding_refusal
 
 Strategy = Literal["ddp", "zero2", "zero3", "zero3_offload"]
 DEEPSPEED_STAGES = ("zero2", "zero3", "zero3_offload")
@@ -329,12 +330,18 @@ def _one_process(p: MemoryPrediction) -> ShardedPrediction:
 
 
 def _check_planned(strategy: str, r: MemoryRequest) -> None:
-    """Refuse what DeepSpeed is not planned for: quantised bases, offload without AdamW."""
-    if strategy in DEEPSPEED_STAGES and (r.use_8bit or r.use_4bit):
+    """Refuse what DeepSpeed is not planned for: quantised bases (under ZeRO-3 `train`
+    refuses them too), offload without AdamW."""
+    if strategy in ("zero3", "zero3_offload"):
+        refused = weight_sharding_refusal(method_of(r), "zero3", f"--deepspeed {strategy}")
+        if refused:
+            raise ConfigError(refused[0], hint=refused[1])
+    if strategy == "zero2" and (r.use_8bit or r.use_4bit):
         raise ConfigError(
-            f"--deepspeed {strategy} with an 8-bit/4-bit (bitsandbytes) base is not planned for",
-            hint="plan LoRA (--use_lora) or full fine-tuning with DeepSpeed, or the quantised "
-            "base with plain DDP (no --deepspeed)",
+            "--deepspeed zero2 with an 8-bit/4-bit (bitsandbytes) base is not planned for "
+            "(it trains, but the planner does not model its memory)",
+            hint="plan the quantised base with plain DDP (no --deepspeed), or LoRA "
+            "(--use_lora) or full fine-tuning with --deepspeed zero2",
         )
     if strategy == "zero3_offload" and r.optim not in ("adamw_torch", "adamw_torch_fused"):
         raise ConfigError(

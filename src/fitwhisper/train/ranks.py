@@ -58,7 +58,7 @@ def start() -> None:
     _main_alone_group = torch.distributed.new_group(backend="gloo", timeout=MAIN_ALONE_TIMEOUT)
     if not is_main():
         logging.getLogger("fitwhisper").setLevel(logging.WARNING)
-    elif _fsdp_asked() and not torch.cuda.is_available():
+    elif fsdp_asked() and not torch.cuda.is_available():
         log.warning(
             "accelerate launch asked for FSDP, but accelerate shards with FSDP on GPUs (and "
             "other accelerators) only: on the CPU this run is plain DDP, every process holding "
@@ -66,7 +66,7 @@ def start() -> None:
         )
 
 
-def _fsdp_asked() -> bool:
+def fsdp_asked() -> bool:
     """Whether the launcher asked for FSDP (`accelerate launch --use_fsdp` or its config)."""
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
 

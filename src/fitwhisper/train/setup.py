@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.method import method_of
 from fitwhisper.precision import Precision
 
 
@@ -125,7 +126,8 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
 
     has_eval = data.eval_ds is not None
     best = parts.best_metric(model_cfg, train_cfg)
-    args = parts.training_arguments(train_cfg, precision, has_eval=has_eval, best_metric=best)
+    args = parts.training_arguments(train_cfg, precision, has_eval=has_eval, best_metric=best,
+                                    method=method_of(model_cfg))  # fmt: skip
     parts.one_gpu_without_launcher(args)
     compute_metrics = None
     if has_eval:

@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO for `--deepspeed`: the shipped configs, the user's own file, and what
-cannot be combined with them, checked before anything loads; and an FSDP launch whose
-state dict type would leave final/ without weights.
+cannot be combined with them, checked before anything loads; and what an FSDP launch
+cannot be combined with.
 
 Three configs ship in `fitwhisper/assets/deepspeed/` (zero2, zero3, zero3_offload). Every
 value the Trainer knows is "auto" (batch sizes, accumulation, clipping, fp16/bf16, the
@@ -22,19 +22,16 @@ Refused with DeepSpeed, and why:
 - --on_nonfinite skip: accelerate steps the DeepSpeed engine inside backward, so the
   divergence guard (guard.py) sees a step only after its update; it can still stop the
   run there (nothing of the step is saved), not drop the update.
+- --use_8bit/--use_4bit with ZeRO-3 (as under FSDP, below): the weights are split across
+  the processes, which fitwhisper's bitsandbytes base does not support
+  (`fitwhisper.method.weight_sharding_refusal` says why; `plan` refuses the same).
+  With ZeRO-2 (weights whole on every GPU) a quantised base trains.
 
-Not refused, because it ran: --use_8bit/--use_4bit (LoRA on a bitsandbytes base) with
-zero2 and zero3 trained on the CPU with equal losses and adapters. The base loads whole in
-each process and DeepSpeed partitions it afterwards (no zero.Init at load time), so PEFT's
-advice for sharded QLoRA loading (bnb_4bit_quant_storage) does not apply; on GPUs this is
-untested.
+Refused with FSDP (`accelerate launch --use_fsdp`): a state dict type other than
+FULL_STATE_DICT (final/ would hold no weights), and --use_8bit/--use_4bit.
 
-The OOM back-off (memory/backoff.py) splits a batch that ran out of memory into
-micro-batches inside one optimizer step. Under DeepSpeed the engine owns gradient
-accumulation (each backward is one of its micro-steps, and ZeRO-2/3 cannot skip the
-gradient reduction with no_sync), so the split is off there: an OOM in training ends the
-run with the out-of-memory advice. Under ZeRO-3 the evaluation split is off too: every
-forward pass gathers weights from all processes, so the processes must run as many.
+The OOM back-off (memory/backoff.py) does not split batches under DeepSpeed training, nor
+under ZeRO-3 or FSDP at all: memory/oom_stop.py says why.
 """
 
 from __future__ import annotations
@@ -46,7 +43,8 @@ from importlib import resources
 from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
-from fitwhisper.train.ranks import world_size
+from fitwhisper.method import method_of, weight_sharding_refusal
+from fitwhisper.train.ranks import fsdp_asked, world_size
 
 NAMES = ("zero2", "zero3", "zero3_offload")
 GATHER_ON_SAVE = "stage3_gather_16bit_weights_on_model_save"
@@ -74,28 +72,33 @@ def zero_stage(config: dict) -> int:
 def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
     """What is wrong with --deepspeed and what it is combined with, and with an FSDP launch
     (none without either)."""
-    return _fsdp_problems() + (_deepspeed_problems(cfg) if cfg.deepspeed else [])
+    fsdp = _fsdp_problems(model_cfg) if fsdp_asked() else []
+    return fsdp + (_deepspeed_problems(model_cfg, cfg) if cfg.deepspeed else [])
 
 
-def _fsdp_problems() -> list[str]:
+def _fsdp_problems(model_cfg: ModelConfig) -> list[str]:
     """`accelerate launch --use_fsdp` with a sharded state dict: Trainer's save_model then
     writes no weights at all (only FULL_STATE_DICT gathers them), so final/ would hold a
-    processor and no model."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() not in ("1", "true"):
-        return []
+    processor and no model. With a quantised base: `weight_sharding_refusal`."""
+    found = _quantised_problems(model_cfg, "fsdp", "FSDP (accelerate launch --use_fsdp)")
     version = os.environ.get("FSDP_VERSION", "1")
     default = "FULL_STATE_DICT" if version == "1" else "SHARDED_STATE_DICT"  # accelerate's
     kind = os.environ.get("FSDP_STATE_DICT_TYPE") or default
     if kind.upper() == "FULL_STATE_DICT":
-        return []
-    return [
+        return found
+    return found + [
         f"FSDP with {kind} (FSDP version {version}): Trainer's save_model writes no weights "
         "then, so final/ would hold no model; launch with --fsdp_state_dict_type "
         "FULL_STATE_DICT"
     ]
 
 
-def _deepspeed_problems(cfg: TrainConfig) -> list[str]:
+def _quantised_problems(model_cfg: ModelConfig, sharding, named: str) -> list[str]:
+    refused = weight_sharding_refusal(method_of(model_cfg), sharding, named)
+    return [f"{refused[0]}; {refused[1]}"] if refused else []
+
+
+def _deepspeed_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
     value = cfg.deepspeed
     path = config_path(value)
     found: list[str] = []
@@ -120,6 +123,9 @@ def _deepspeed_problems(cfg: TrainConfig) -> list[str]:
         return found + [f"--deepspeed {value}: {path} holds JSON but not an object of settings"]
     stage = _stage_or_problem(config, value, found)
     zero = config.get("zero_optimization") or {}
+    if stage == 3:
+        named = f"--deepspeed {value}" + ("" if value in NAMES else " (ZeRO-3)")
+        found += _quantised_problems(model_cfg, "zero3", named)
     if stage == 3 and not (isinstance(zero, dict) and zero.get(GATHER_ON_SAVE)):
         found.append(
             f"--deepspeed {value}: ZeRO-3 without zero_optimization.{GATHER_ON_SAVE}: true "

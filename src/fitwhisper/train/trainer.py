@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
+from fitwhisper.method import Method
 from fitwhisper.precision import Precision
 from fitwhisper.train.ranks import COLLECTIVE_TIMEOUT
 from fitwhisper.train.validation import reports_to
@@ -20,9 +21,15 @@ log = logging.getLogger(__name__)
 
 
 def training_arguments(
-    cfg: TrainConfig, precision: Precision, *, has_eval: bool, best_metric: str | None = None
+    cfg: TrainConfig,
+    precision: Precision,
+    *,
+    has_eval: bool,
+    best_metric: str | None = None,
+    method: Method = "full",
 ):
-    """Seq2SeqTrainingArguments for the run, in the precision `train` resolved."""
+    """Seq2SeqTrainingArguments for the run, in the precision `train` resolved, for the
+    training `method` (fitwhisper.method)."""
     from transformers import Seq2SeqTrainingArguments
 
     from fitwhisper.train.sharding import config_path
@@ -58,6 +65,11 @@ def training_arguments(
         # accelerate joins the processes over gloo (left unsaid, each trained alone).
         use_cpu=not _cuda_available(),
         ddp_timeout=int(COLLECTIVE_TIMEOUT.total_seconds()),  # ranks.py: long waits apart
+        # Trainer has DDP look for unused parameters after every backward in any model that
+        # is not a PreTrainedModel (a PeftModel), a walk of the whole graph per step; every
+        # LoRA adapter takes part in every forward, so there are none. Full fine-tuning
+        # keeps Trainer's choice.
+        ddp_find_unused_parameters=False if method != "full" else None,
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         activation_checkpointing=cfg.gradient_checkpointing,
         dataloader_num_workers=cfg.dataloader_num_workers,
