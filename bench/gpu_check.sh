@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU check in one command, from the repository root, on a machine with no network:
+#   make gpu-wheels                  # beforehand, where PyPI is reachable: .whl/ (<= 60 MiB)
+#   bench/gpu_check.sh               # on the GPU machine: writes bench/RESULTS-gpu.md
+#   bench/gpu_check.sh --report F    # elsewhere (CPU: --report or GPU_CHECK_REPORT required)
+# The wheels in .whl/ go into a folder of their own (GPU_CHECK_SITE, default /tmp/gpu-check-site)
+# on PYTHONPATH, without an index or dependency resolution; nothing is downloaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+SITE="${GPU_CHECK_SITE:-/tmp/gpu-check-site}"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+shopt -s nullglob
+wheels=(.whl/*.whl)
+pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if ((${#wheels[@]})) && [[ "$pyver" != 3.12 ]]; then
+  echo "the wheels in .whl/ are for Python 3.12 and $PY is $pyver: using its own packages"
+elif ((${#wheels[@]})); then
+  if [[ ! -f "$SITE/.installed" ]]; then
+    echo "installing ${#wheels[@]} wheels from .whl/ into $SITE (no index, no dependencies)"
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "${wheels[@]}"
+    touch "$SITE/.installed"
+  fi
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PY" bench/gpu_check.py "$@"
