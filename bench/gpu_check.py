@@ -634,8 +634,15 @@ def _predict_all(rows: list[dict], cuda: bool) -> tuple[list, object]:
     import multiprocessing
 
     workers = max(1, min(8, (os.cpu_count() or 2) - 2))
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_no_gpu
+    )
     return [pool.submit(_predict_one, r, cuda) for r in rows], pool
+
+
+def _no_gpu() -> None:
+    # Prediction workers trace on the CPU; no CUDA context of theirs may take GPU memory.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def _planner_model(spec: str, method: str, dtype: str, cuda: bool):

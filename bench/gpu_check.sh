@@ -18,7 +18,12 @@ if ((${#wheels[@]})) && [[ "$pyver" != 3.12 ]]; then
 elif ((${#wheels[@]})); then
   if [[ ! -f "$SITE/.installed" ]]; then
     echo "installing ${#wheels[@]} wheels from .whl/ into $SITE (no index, no dependencies)"
-    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "${wheels[@]}"
+    if "$PY" -m pip --version >/dev/null 2>&1; then
+      "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "${wheels[@]}"
+    else  # no pip: a wheel is a zip of the import tree (these carry no .data/ but scripts)
+      "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+        "$SITE" "${wheels[@]}"
+    fi
     touch "$SITE/.installed"
   fi
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
