@@ -34,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+SELF = str(Path(__file__).resolve())  # children run as `python SELF _NAME ...`
+REPO = Path(SELF).parents[1]
 GIB = 2**30
 TAIL_LINES = 6
 LABEL_TOKENS = 128  # planner steps: labels per clip (30 s inputs: 3000 mel frames)
@@ -71,6 +72,10 @@ class Context:
     py: str = sys.executable
 
     @property
+    def regression(self) -> list[str]:
+        return ["--regression_manifest", str(self.work / "m.jsonl")]
+
+    @property
     def clips(self) -> int:
         return 16 if self.cuda else 8  # fewer on the CPU: the check must stay under 2 min
 
@@ -87,25 +92,22 @@ class Context:
 
 
 def steps() -> list[Step]:
-    regression = ("--regression_manifest",)
     fp16 = "fp16 mixed precision is CUDA-only (its gradient scaler is)"
     return [
-        Step("fixture", 180, lambda c: [c.py, __file__, "_fixture", str(c.work), str(c.clips)]),
+        Step("fixture", 180, lambda c: [c.py, SELF, "_fixture", str(c.work), str(c.clips)]),
         Step(
             "fp16-full",
             150,
-            lambda c: c.train(
-                "fp16-full", "tiny16", "--fp16", *regression, str(c.work / "m.jsonl")
-            ),
+            lambda c: c.train("fp16-full", "tiny16", "--fp16", *c.regression),
             cuda_only=fp16,
+            expect="regression_after",
         ),  # fmt: skip
         Step(
             "fp16-lora",
             150,
-            lambda c: c.train(
-                "fp16-lora", "tiny16", "--fp16", "--use_lora", *regression, str(c.work / "m.jsonl")
-            ),
+            lambda c: c.train("fp16-lora", "tiny16", "--fp16", "--use_lora", *c.regression),
             cuda_only=fp16,
+            expect="regression_after",
         ),  # fmt: skip
         Step(
             "fp16-4bit",
@@ -116,10 +118,10 @@ def steps() -> list[Step]:
                 "--fp16",
                 "--use_4bit",
                 "--gradient_checkpointing",
-                *regression,
-                str(c.work / "m.jsonl"),
+                *c.regression,
             ),
             cuda_only=fp16,
+            expect="regression_after",
             needs=("bitsandbytes",),
         ),  # fmt: skip
         Step(
@@ -155,7 +157,7 @@ def steps() -> list[Step]:
         Step(
             "cuda-oom-backoff",
             180,
-            lambda c: [c.py, __file__, "_oom", str(c.work)],
+            lambda c: [c.py, SELF, "_oom", str(c.work)],
             cuda_only="needs a real CUDA out-of-memory error",
             expect="out of memory at step",
         ),
@@ -177,7 +179,13 @@ def steps() -> list[Step]:
                 str(c.work / "ev"),
             ],
         ),  # fmt: skip
-        Step("torchrun-2proc-scoring", 150, _torchrun, env={"NCCL_DEBUG": "WARN"}),
+        Step(
+            "torchrun-2proc-scoring",
+            150,
+            _torchrun,
+            env={"NCCL_DEBUG": "WARN"},
+            expect="regression_after",
+        ),
     ]
 
 
@@ -186,11 +194,10 @@ def _torchrun(c: Context) -> list[str]:
     scoring. On the CPU this is the user's command (gloo). On one GPU NCCL refuses two ranks
     on a device, so each rank goes through `_rank`: both on cuda:0, a gloo process group."""
     run = [c.py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    train = c.train("ddp", "tiny", "--score_before", "--regression_manifest",
-                    str(c.work / "m.jsonl"))[1:]  # fmt: skip
+    train = c.train("ddp", "tiny", "--score_before", *c.regression)[1:]
     if not c.cuda:
         return run + train
-    return run + [__file__, "_rank", *train[2:]]  # train[2:] starts at "train"
+    return run + [SELF, "_rank", *train[2:]]  # train[2:] starts at "train"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="Where the report goes (default bench/RESULTS-gpu.md on CUDA; "
                     "without CUDA it must be given, so the GPU results are never "
                     "overwritten). Env: GPU_CHECK_REPORT.")  # fmt: skip
-    ap.add_argument("--budget_s", type=float, default=570, help="Time for the whole check.")
+    ap.add_argument("--budget_s", type=float, default=540, help="Time for the whole check.")
     ap.add_argument("--work", type=Path, default=None, help="Work folder (default: a temp).")
     ap.add_argument("--only", nargs="+", default=None, help="Run these steps (and fixture).")
     args = ap.parse_args(argv)
@@ -232,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(_run_step(step, ctx, min(step.timeout_s, deadline - time.monotonic()
                                                 - reserve)))  # fmt: skip
         if step.name == "fixture" and results[-1].status != "OK":
+            results += [Result(s.name, "SKIPPED", None, 0.0, "the fixture failed")
+                        for s in chosen[i + 1 :]]  # fmt: skip
             break
 
     # 3. The planner against the device, in what is left of the budget.
@@ -239,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only or "planner" in args.only:
         planner_json = work / "planner.json"
         left = max(PLANNER_MIN_S, deadline - time.monotonic())
-        step = Step("planner", int(left) + 30, lambda c: [c.py, __file__, "_planner",
+        step = Step("planner", int(left) + 30, lambda c: [c.py, SELF, "_planner",
                     str(planner_json), str(time.time() + left), str(c.work)])  # fmt: skip
         results.append(_run_step(step, ctx, step.timeout_s))
         if planner_json.is_file():
