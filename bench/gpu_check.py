@@ -397,6 +397,13 @@ def _report(env: dict, results: list[Result], table: list[dict], total_s: float,
         note = r.why.replace("|", "/")
         lines.append(f"| {r.name} | {r.status} | {'-' if r.rc is None else r.rc} | "
                      f"{r.seconds:.1f} | {note} |")  # fmt: skip
+    lines += [
+        "",
+        "fp16 runs use a tiny random model stored in fp16 (as large-v3 is on the Hub); "
+        "`torchrun-2proc-scoring` runs two processes on one device: on a GPU both ranks use "
+        "cuda:0 in a gloo process group (NCCL refuses two ranks on one GPU), on a CPU it is "
+        "the user's command over gloo.",
+    ]
     lines += ["", "## Planner against the device", ""]
     lines.append(_planner_table(table, env["cuda"]) if table else "(no planner rows)")
     failed = [r for r in results if r.status == "FAIL"]
@@ -674,8 +681,12 @@ def _planner_model(spec: str, method: str, dtype: str, cuda: bool):
         lora_dropout=req.lora_dropout, lora_target_modules=tuple(req.lora_target_modules),
     )  # fmt: skip
     torch.manual_seed(0)
-    with torch.device("cuda" if cuda else "cpu"):
-        m = WhisperForConditionalGeneration(config)
+    try:  # built on the device: initialising large-v3 on the CPU takes far longer
+        with torch.device("cuda" if cuda else "cpu"):
+            m = WhisperForConditionalGeneration(config)
+    except Exception as e:  # a transformers that cannot: build on the CPU, then move
+        print(f"built on the CPU ({type(e).__name__}: {e})", flush=True)
+        m = WhisperForConditionalGeneration(config).to("cuda" if cuda else "cpu")
     half = load_kwargs(model_cfg, dtype).get("dtype")
     if half is not None:
         m = m.to(half)
