@@ -16,7 +16,14 @@ pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if ((${#wheels[@]})) && [[ "$pyver" != 3.12 ]]; then
   echo "the wheels in .whl/ are for Python 3.12 and $PY is $pyver: using its own packages"
 elif ((${#wheels[@]})); then
-  if [[ ! -f "$SITE/.installed" ]]; then
+  stamp=$(basename -a "${wheels[@]}")  # reinstall when the wheels change
+  if [[ "$(cat "$SITE/.installed" 2>/dev/null)" != "$stamp" ]]; then
+    if [[ -f "$SITE/.installed" ]]; then
+      rm -rf "$SITE"  # ours, from other wheels
+    elif [[ -d "$SITE" && -n "$(ls -A "$SITE")" ]]; then
+      echo "error: $SITE holds files this script did not install; remove it or set GPU_CHECK_SITE" >&2
+      exit 1
+    fi
     echo "installing ${#wheels[@]} wheels from .whl/ into $SITE (no index, no dependencies)"
     if "$PY" -m pip --version >/dev/null 2>&1; then
       "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "${wheels[@]}"
@@ -24,7 +31,7 @@ elif ((${#wheels[@]})); then
       "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
         "$SITE" "${wheels[@]}"
     fi
-    touch "$SITE/.installed"
+    echo "$stamp" >"$SITE/.installed"
   fi
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
