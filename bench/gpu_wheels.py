@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
           "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi",
           "abi3", "--abi", "none", *plat, "-d", str(args.out), *reqs])  # fmt: skip
-    # 2. DeepSpeed: a pure-Python wheel from its sdist (ops are compiled on first use).
+    # 2. DeepSpeed: a pure-Python wheel from its sdist. It holds no prebuilt ops (so the torch
+    #    it is built beside does not matter) and picks CUDA at run time; the check's ZeRO runs
+    #    use Trainer's torch AdamW, so no op is compiled there.
     if not args.no_deepspeed:
         spec = f"deepspeed=={pins['deepspeed']}"
         _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(args.out), spec])
