@@ -298,6 +298,9 @@ def _run_step(step: Step, ctx: Context, timeout_s: float) -> Result:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             rc = 124
+        except BaseException:  # Ctrl-C: its own session would outlive the check
+            _kill_group(proc)
+            raise
     seconds = time.monotonic() - t0
     text = log_path.read_text(errors="replace")
     tail = "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
