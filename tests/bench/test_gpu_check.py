@@ -112,3 +112,17 @@ def test_gpu_wheels_bring_their_own_requirements():
                 continue
             assert gpu_wheels._norm(req.name) in carried | image, f"{dist} needs {req.name}"
     assert checked >= 10
+
+
+def test_a_step_past_its_timeout_is_ended_and_fails(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
+    spec.loader.exec_module(gpu_check)
+    # A shell that starts a child and waits: the whole process group must go.
+    step = gpu_check.Step("hang", 60, lambda c: ["bash", "-c", "sleep 60 & wait"])
+    ctx = gpu_check.Context(work=tmp_path, cuda=False)
+    result = gpu_check._run_step(step, ctx, timeout_s=10)
+    assert (result.status, result.rc) == ("FAIL", 124)
+    assert result.seconds < 30
+    assert result.why == "timed out after 10 s (a hang is a finding)"
