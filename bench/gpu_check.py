@@ -283,7 +283,8 @@ def _run_step(step: Step, ctx: Context, timeout_s: float) -> Result:
         return Result(step.name, "FAIL", None, 0.0, why)
     log_path = ctx.work / f"{step.name}.log"
     print(f"\n-- {step.name} (timeout {timeout_s:.0f} s, log {log_path})", flush=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **step.env}
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, **offline, "TOKENIZERS_PARALLELISM": "false", **step.env}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH")) if p
     )
