@@ -63,6 +63,7 @@ class Result:
     seconds: float
     why: str = ""
     tail: str = ""
+    cpu_s: float = 0.0  # CPU time of the step's processes (user + system)
 
 
 @dataclass
@@ -258,9 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     total_s = time.monotonic() - t_start
     print("\n== summary")
     for r in results:
-        print(f"  {r.name:24} {r.status:8} {r.seconds:6.1f} s  {r.why}")
+        print(f"  {r.name:24} {r.status:8} {r.seconds:6.1f} s {r.cpu_s:6.1f} s CPU  {r.why}")
     ok = all(r.status != "FAIL" for r in results)
-    print(f"  {'all':24} {'OK' if ok else 'FAIL':8} {total_s:6.1f} s")
+    cpu_s = sum(r.cpu_s for r in results)
+    print(f"  {'all':24} {'OK' if ok else 'FAIL':8} {total_s:6.1f} s {cpu_s:6.1f} s CPU")
     if table:
         print("\n" + _planner_table(table, cuda))
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +291,7 @@ def _run_step(step: Step, ctx: Context, timeout_s: float) -> Result:
         p for p in (str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH")) if p
     )
     env.setdefault("FITWHISPER_CACHE", str(ctx.work / "cache"))  # never the user's home
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _children_cpu_s()
     with open(log_path, "wb") as log:
         # A session of its own, so a timeout ends the step's children too (torchrun's ranks).
         proc = subprocess.Popen(step.argv(ctx), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -302,7 +304,7 @@ def _run_step(step: Step, ctx: Context, timeout_s: float) -> Result:
         except BaseException:  # Ctrl-C: its own session would outlive the check
             _kill_group(proc)
             raise
-    seconds = time.monotonic() - t0
+    seconds, cpu_s = time.monotonic() - t0, _children_cpu_s() - cpu0
     text = log_path.read_text(errors="replace")
     tail = "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
     if rc == 124:
@@ -313,9 +315,17 @@ def _run_step(step: Step, ctx: Context, timeout_s: float) -> Result:
         status, why = "FAIL", f"exited 0 but the log lacks {step.expect!r}"
     else:
         status, why = "OK", _precision_note(text)
-    print(f"== {step.name} rc={rc} {status}{f' ({why})' if why else ''} {seconds:.1f} s")
+    print(f"== {step.name} rc={rc} {status}{f' ({why})' if why else ''} {seconds:.1f} s "
+          f"({cpu_s:.1f} s CPU)")  # fmt: skip
     print(_indent(tail), flush=True)
-    return Result(step.name, status, rc, seconds, why, tail)
+    return Result(step.name, status, rc, seconds, why, tail, cpu_s)
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _skip_reason(step: Step, ctx: Context) -> str | None:
@@ -390,17 +400,18 @@ def _report(env: dict, results: list[Result], table: list[dict], total_s: float,
         f"- device: {env['device']}{mem}",
         f"- torch {env['torch']}, CUDA {env['cuda_version']}, transformers "
         f"{env['transformers']}, Python {env['python']}",
-        f"- whole check: {total_s:.0f} s; logs were in {work}",
+        f"- whole check: {total_s:.0f} s, its steps {sum(r.cpu_s for r in results):.0f} s of "
+        f"CPU time; logs were in {work}",
         "",
         "## Steps",
         "",
-        "| step | result | rc | seconds | note |",
-        "|---|---|---|---|---|",
+        "| step | result | rc | seconds | note | CPU s |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         note = r.why.replace("|", "/")
         lines.append(f"| {r.name} | {r.status} | {'-' if r.rc is None else r.rc} | "
-                     f"{r.seconds:.1f} | {note} |")  # fmt: skip
+                     f"{r.seconds:.1f} | {note} | {r.cpu_s:.1f} |")  # fmt: skip
     lines += [
         "",
         "fp16 runs use a tiny random model stored in fp16 (as large-v3 is on the Hub); "

@@ -38,8 +38,8 @@ def test_gpu_check_runs_to_the_end_on_cpu(tmp_path):
     text = report.read_text()
     for section in ("# GPU check results", "## Machine", "## Steps", "## Planner against"):
         assert section in text
-    rows = re.findall(r"^\| ([a-z0-9-]+) \| (OK|FAIL|SKIPPED) \| [^|]+\| [^|]+\| (.*) \|$",
-                      text, re.M)  # fmt: skip
+    step_row = r"^\| ([a-z0-9-]+) \| (OK|FAIL|SKIPPED) \| [^|]+\| [^|]+\| (.*) \| [0-9.]+ \|$"
+    rows = re.findall(step_row, text, re.M)
     names = [name for name, _, _ in rows]
     assert names[0] == "fixture" and names[-1] == "planner" and len(names) == 12
     for name, status, why in rows:
