@@ -10,7 +10,7 @@ EXTRAS ?= offline-models,ct2,export,demo,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint format constraints clean
+.PHONY: setup demo test test-fast lint format constraints gpu-wheels gpu-check clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,15 @@ lint: setup
 format: setup
 	$(BIN)/ruff format src tests $(wildcard bench)
 	$(BIN)/ruff check --fix src tests $(wildcard bench)
+
+# Wheels (Python 3.12, manylinux) and the tiny.en tokenizer that bench/gpu_check.sh installs on a
+# GPU machine with no network; fails if the folder is over 60 MiB.
+gpu-wheels: setup
+	$(BIN)/python bench/gpu_wheels.py --out .whl
+
+# The GPU check here (CPU: CUDA-only steps are skipped); on a GPU machine: bench/gpu_check.sh
+gpu-check: setup
+	PYTHON=$(BIN)/python bash bench/gpu_check.sh --report bench/out/RESULTS-gpu-cpu.md
 
 # Re-pin every dependency from a fresh environment (run after changing pyproject.toml).
 constraints:
