@@ -283,3 +283,14 @@ def test_plan_fit_on_several_gpus_says_how_to_launch(small_config_dir, tmp_path,
     assert f"torchrun --nproc_per_node 2 -m fitwhisper train --plan {out_file} ..." in out
     settings = json.loads(out_file.read_text())["settings"]
     assert (settings["num_gpus"], settings["num_nodes"], settings["deepspeed"]) == (2, 1, None)
+
+
+def test_the_reduce_buckets_planned_are_the_shipped_configs():
+    """ZeRO-2 allocates two buffers of reduce_bucket_size (2e8 in zero2.json) with
+    overlap_comm, ZeRO-3 one of d_model**2 (HF's "auto"), in the 16-bit dtype under bf16."""
+    p = 10**9
+    zero2 = shard(_known(p), 8, 1, "zero2")
+    assert zero2.communication_bytes == 2 * 200_000_000 * 2
+    assert zero2.communication == "2 reduce buckets of 200M elements"
+    zero3 = shard(_known(p), 8, 1, "zero3")
+    assert zero3.communication_bytes - zero3.gathered_bytes == 1280 * 1280 * 2
