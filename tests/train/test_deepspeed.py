@@ -2,9 +2,9 @@
 the "auto" values transformers fills from the run's flags.
 
 Training under DeepSpeed itself (on the CPU, over gloo, with DeepSpeed's CPU accelerator)
-is in test_sharded.py, marked slow; these run without launching anything and skip only
-the checks that need the deepspeed package where it is not installed (it is the optional
-extra `fitwhisper[deepspeed]`).
+is in test_sharded.py, marked slow; these run without launching anything. The checks that
+need the deepspeed package (the optional extra `fitwhisper[deepspeed]`) are marked
+`deepspeed`: `make test-deepspeed` runs them (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -189,6 +189,7 @@ def _subparser_help(parser, name: str) -> str:
     raise AssertionError(name)
 
 
+@pytest.mark.deepspeed
 @pytest.mark.parametrize("name", NAMES)
 def test_transformers_fills_every_auto_value_from_the_runs_flags(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -196,7 +197,6 @@ def test_transformers_fills_every_auto_value_from_the_runs_flags(
     """TrainingArguments(deepspeed=...) as `train` builds them: transformers' own
     HfTrainerDeepSpeedConfig resolves the shipped file, then finalises it as Trainer does
     once the model and the step count are known. No "auto" may be left for DeepSpeed."""
-    pytest.importorskip("deepspeed", reason="the optional extra fitwhisper[deepspeed]")
     from transformers import WhisperConfig
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 

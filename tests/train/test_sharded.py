@@ -16,7 +16,6 @@ both are pinned here, with the warning fitwhisper prints in the second case.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -38,10 +37,7 @@ from tests.train.test_multiprocess import (
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-needs_deepspeed = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="deepspeed is not installed (the optional extra fitwhisper[deepspeed])",
-)
+needs_deepspeed = pytest.mark.deepspeed  # run by `make test-deepspeed` (tests/conftest.py)
 
 
 def _assert_same_run(run: Path, reference: Path) -> None:
