@@ -1,10 +1,11 @@
 """Run the fitwhisper command line with a fault on one process of a multi-process run.
 
-    torchrun --nproc_per_node 2 rank_faults.py oom|kill RANK STEP fitwhisper-arguments...
+    torchrun --nproc_per_node 2 rank_faults.py oom|kill|nangrad RANK STEP fitwhisper-arguments...
 
 From its STEP-th training forward pass on (counted from 1), the process with rank RANK
 either raises torch.OutOfMemoryError for any batch larger than one clip (`oom`: as a GPU
-that is a little too small would), or SIGKILLs itself (`kill`: a machine that dies).
+that is a little too small would), SIGKILLs itself (`kill`: a machine that dies), or
+makes every gradient of the pass NaN while its loss stays finite (`nangrad`).
 The other ranks run normally.
 """
 
@@ -32,9 +33,12 @@ def _install(fault: str, rank: int, step: int) -> None:
                 if fault == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
                 features = kwargs.get("input_features")
-                if features is not None and features.shape[0] > 1:
+                if fault == "oom" and features is not None and features.shape[0] > 1:
                     raise torch.OutOfMemoryError("injected: CUDA out of memory (rank_faults.py)")
-        return real(self, *args, **kwargs)
+        out = real(self, *args, **kwargs)
+        if fault == "nangrad" and self.training and calls >= step:
+            out.loss.register_hook(lambda g: g * float("nan"))
+        return out
 
     WhisperForConditionalGeneration.forward = forward
 

@@ -184,6 +184,24 @@ def test_an_oom_under_deepspeed_stops_with_advice_instead_of_splitting(
 
 
 @needs_deepspeed
+def test_under_zero3_a_nan_gradient_stops_the_run_at_its_step(
+    tiny_whisper_dir,
+    clips,  # noqa: F811
+    tmp_path,
+) -> None:
+    """ZeRO keeps no p.grad and ZeRO-3 leaves each parameter empty, so the guard reads the
+    engine's global gradient norm: rank 1's NaN gradients at step 3 (loss finite) stop both
+    ranks there, with checkpoint-2 kept and nothing NaN saved."""
+    out = tmp_path / "nan"
+    args = [*_train_args(tiny_whisper_dir, clips, out), "--deepspeed", "zero3"]
+    done = _run(_torchrun(str(HERE / "rank_faults.py"), "nangrad", "1", "3", *args))
+    assert done.returncode != 0
+    assert "training diverged at step 3: the gradient is not finite (NaN or Inf)" in done.stdout
+    assert (out / "checkpoint-2").is_dir()
+    assert not (out / "checkpoint-3").exists() and not (out / "final").exists()
+
+
+@needs_deepspeed
 def test_a_killed_zero2_run_resumes_from_its_sharded_checkpoint(
     tiny_whisper_dir,
     clips,  # noqa: F811
