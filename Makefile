@@ -41,10 +41,8 @@ DS_ENV := TORCH_EXTENSIONS_DIR=$(abspath $(DS_VENV))/torch_extensions
 test-deepspeed: $(DS_VENV)/.ops-built
 	$(DS_ENV) FITWHISPER_DEEPSPEED_TESTS=required $(DS_VENV)/bin/python -m pytest -m deepspeed
 
-$(DS_VENV)/.installed: pyproject.toml constraints.txt
+$(DS_VENV)/.ops-built: pyproject.toml constraints.txt
 	$(MAKE) setup VENV=$(DS_VENV) EXTRAS="$(EXTRAS),deepspeed"
-
-$(DS_VENV)/.ops-built: $(DS_VENV)/.installed
 	$(DS_ENV) $(DS_VENV)/bin/python -c "from deepspeed.accelerator import get_accelerator as a; \
 	  [a().create_op_builder(n).load() for n in ('ShareMemCommBuilder', 'CPUAdamBuilder')]"
 	touch $@
