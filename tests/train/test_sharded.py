@@ -68,8 +68,10 @@ def eval_manifest(clips: Path) -> Path:  # noqa: F811
 
 def _op_built(name: str) -> bool:
     """Whether DeepSpeed's JIT-built op `name` is in torch's extension cache already."""
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
-    return any(Path(root).glob(f"*/{name}/*.so"))
+    # torch builds into TORCH_EXTENSIONS_DIR/NAME, or ~/.cache/torch_extensions/py311_cpu/NAME.
+    if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return any(Path(root).glob(f"{name}/*.so"))
+    return any((Path.home() / ".cache" / "torch_extensions").glob(f"*/{name}/*.so"))
 
 
 OFFLOAD = pytest.param(
