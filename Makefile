@@ -36,7 +36,10 @@ test-fast: setup
 # every run). DeepSpeed's C++ ops for the CPU (shared-memory communication, CPU Adam) are
 # compiled once into that venv; a skipped DeepSpeed test fails the run (tests/conftest.py).
 DS_VENV ?= .venv-deepspeed
-DS_ENV := TORCH_EXTENSIONS_DIR=$(abspath $(DS_VENV))/torch_extensions
+# torch's JIT build runs `ninja` from PATH: the venv's (a dependency of deepspeed) when the
+# machine has none; g++ comes from the machine.
+DS_ENV := TORCH_EXTENSIONS_DIR=$(abspath $(DS_VENV))/torch_extensions \
+	PATH="$(abspath $(DS_VENV))/bin:$$PATH"
 
 test-deepspeed: $(DS_VENV)/.ops-built
 	$(DS_ENV) FITWHISPER_DEEPSPEED_TESTS=required $(DS_VENV)/bin/python -m pytest -m deepspeed
