@@ -10,7 +10,7 @@ EXTRAS ?= offline-models,ct2,export,demo,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint format constraints gpu-wheels gpu-check clean
+.PHONY: setup demo test test-fast test-deepspeed lint format constraints gpu-wheels gpu-check clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,25 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
+
+# The tests marked `deepspeed`, in a venv of their own with the optional extra: `make test`
+# keeps testing the default install (once deepspeed is installed, transformers imports it in
+# every run). DeepSpeed's C++ ops for the CPU (shared-memory communication, CPU Adam) are
+# compiled once into that venv; a skipped DeepSpeed test fails the run (tests/conftest.py).
+DS_VENV ?= .venv-deepspeed
+# torch's JIT build runs `ninja` from PATH: the venv's (a dependency of deepspeed) when the
+# machine has none; g++ comes from the machine.
+DS_ENV := TORCH_EXTENSIONS_DIR=$(abspath $(DS_VENV))/torch_extensions \
+	PATH="$(abspath $(DS_VENV))/bin:$$PATH"
+
+test-deepspeed: $(DS_VENV)/.ops-built
+	$(DS_ENV) FITWHISPER_DEEPSPEED_TESTS=required $(DS_VENV)/bin/python -m pytest -m deepspeed
+
+$(DS_VENV)/.ops-built: pyproject.toml constraints.txt
+	$(MAKE) setup VENV=$(DS_VENV) EXTRAS="$(EXTRAS),deepspeed"
+	$(DS_ENV) $(DS_VENV)/bin/python -c "from deepspeed.accelerator import get_accelerator as a; \
+	  [a().create_op_builder(n).load() for n in ('ShareMemCommBuilder', 'CPUAdamBuilder')]"
+	touch $@
 
 lint: setup
 	$(BIN)/ruff check src tests $(wildcard bench)
@@ -59,4 +78,4 @@ constraints:
 	  | grep -v -i -E '^(fitwhisper|pip|setuptools)==' | sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DS_VENV) .pytest_cache .ruff_cache

@@ -8,9 +8,12 @@ The DeepSpeed reference is its own estimators, `estimate_zero2_model_states_mem_
         "2 = params_16bit, 18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit
          + 8_optimizer_states_32bit(momentum and variance)"
     ZeRO-3, no offload:  gpu = 4 * largest_layer + int(18 * P / world)
-    ZeRO-3, optimizer offloaded, parameters not (zero_init):
-                         gpu = 4 * largest_layer + int(2 * P / world)
-                         cpu = P * 16 / num_nodes * additional_buffer_factor
+    ZeRO-3, optimizer and parameters offloaded (zero3_offload.json), zero_init=False (the
+    model loads whole in every rank before DeepSpeed takes it; no zero.Init):
+                         gpu = 4 * largest_layer
+                         cpu = P * max(4 * gpus_per_node, 18 / num_nodes)
+                               * additional_buffer_factor (1.5)
+    Every stage without offload, zero_init=False: cpu = P * 4 * gpus_per_node * 1.5
 
 fitwhisper differs on purpose in two places, both checked below: frozen weights (not counted
 by the estimators, which assume every parameter trains) stay 16-bit on every GPU under
@@ -59,22 +62,43 @@ def test_zero_model_states_equal_deepspeeds_documented_formulas_for_a_billion_pa
     zero3 = shard(_known(p), 8, 1, "zero3")
     estimator = 4 * LARGE_V3_LARGEST_LAYER + 18 * p // 8  # 2_515_564_480
     assert zero3.model_states_bytes + zero3.gathered_bytes == estimator + 2 * p // 8
-    offload = shard(_known(p), 4, 2, "zero3_offload")
-    assert offload.weights_bytes + offload.gathered_bytes == 4 * LARGE_V3_LARGEST_LAYER + (
-        2 * p // 8
-    )
-    assert offload.cpu_bytes_per_node == p * 16 // 2  # additional_buffer_factor 1
+    # CPU RAM per node: the ranks' fp32 load copies (4P each) or the offloaded states (18P
+    # over the nodes), whichever is larger, x1.5.
+    assert zero2.cpu_bytes_per_node == zero3.cpu_bytes_per_node == int(p * 4 * 8 * 1.5)
+    for gpus, nodes, per_p in ((8, 1, 4 * 8), (4, 2, 4 * 4), (2, 1, 18), (1, 2, 18 / 2)):
+        offload = shard(_known(p), gpus, nodes, "zero3_offload")
+        assert offload.cpu_bytes_per_node == int(p * per_p * 1.5), (gpus, nodes)
+        assert offload.weights_bytes + offload.gathered_bytes == 4 * LARGE_V3_LARGEST_LAYER
+        assert offload.model_states_bytes == 0  # nothing but the gathered layer on the GPU
     fp32 = _known(p)
     fp32 = dataclasses.replace(fp32, request=dataclasses.replace(fp32.request, precision="fp32"))
-    # fp32 training: no 16-bit copies, but the CPU still holds an fp32 master partition
-    assert shard(fp32, 4, 2, "zero3_offload").cpu_bytes_per_node == p * 16 // 2
-    assert offload.gradients_bytes == offload.optimizer_bytes == 0
+    # fp32 training: the offloaded weights are fp32 (4 + 16 bytes per parameter)
+    assert shard(fp32, 2, 1, "zero3_offload").cpu_bytes_per_node == int(p * 20 * 1.5)
 
 
+def test_zero3_offload_plans_the_shipped_config():
+    """The planner's zero3_offload is the config that ships: weights and optimizer on CPU."""
+    from fitwhisper.train.sharding import load_config
+
+    zero = load_config("zero3_offload")["zero_optimization"]
+    assert zero["offload_param"]["device"] == zero["offload_optimizer"]["device"] == "cpu"
+    offload = shard(_known(10**9), 8, 1, "zero3_offload")
+    assert set(offload.offloaded) == {"weights", "gradients", "optimizer"}
+    table = offload.format_table()
+    assert "  weights                0.00  bf16, offloaded to CPU" in table
+    assert "DeepSpeed ZeRO-3, weights and optimizer offloaded to CPU:" in table
+    assert (
+        "  CPU RAM per node      44.70  the larger of its 8 ranks' model load copies and "
+        "the offloaded states, x1.5 DeepSpeed's buffer factor"
+    ) in table
+
+
+@pytest.mark.deepspeed
 def test_zero_model_states_match_deepspeeds_estimators_on_large_v3():
     """The installed DeepSpeed's estimators on large-v3's exact counts."""
-    z2 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
-    z3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    import deepspeed.runtime.zero.stage3 as z3
+    import deepspeed.runtime.zero.stage_1_and_2 as z2
+
     single = predict_memory(
         MemoryRequest(model=LARGE_V3, precision="bf16", per_device_train_batch_size=1,
                       max_label_tokens=16)
@@ -95,15 +119,21 @@ def test_zero_model_states_match_deepspeeds_estimators_on_large_v3():
     extra = 2 * trainable // n + 2 * frozen // n  # 16-bit gradient partition, frozen shard
     assert zero3.model_states_bytes + zero3.gathered_bytes == pytest.approx(gpu + extra, rel=rel)
 
-    cpu, gpu, _ = z3.estimate_zero3_model_states_mem_needs(
-        trainable, LARGE_V3_LARGEST_LAYER, 4, 2, cpu_offload=True, cpu_offload_params=False,
-        additional_buffer_factor=1.0,
-    )  # fmt: skip
-    offload = shard(single, 4, 2, "zero3_offload")
-    assert offload.cpu_bytes_per_node == pytest.approx(cpu, rel=rel)
-    assert offload.weights_bytes + offload.gathered_bytes == pytest.approx(
-        gpu + 2 * frozen // n, rel=rel
-    )
+    params = single.params
+    cpu, _ = z2.estimate_zero2_model_states_mem_needs(params, n, 1, cpu_offload=False)
+    assert zero2.cpu_bytes_per_node == zero3.cpu_bytes_per_node == pytest.approx(cpu, rel=rel)
+    for gpus, nodes in ((8, 1), (4, 2), (2, 1)):
+        # The estimator counts every parameter as trained: 18 bytes offloaded per parameter;
+        # the frozen sinusoid table offloads its 16-bit weights only (2 bytes).
+        cpu, gpu, _ = z3.estimate_zero3_model_states_mem_needs(
+            params, LARGE_V3_LARGEST_LAYER, gpus, nodes, cpu_offload=True,
+            cpu_offload_params=True, zero_init=False,
+        )  # fmt: skip
+        offload = shard(single, gpus, nodes, "zero3_offload")
+        if gpus * nodes < 4.5:  # the offloaded states, not the load copies, decide
+            cpu -= int(16 * frozen / nodes * 1.5)
+        assert offload.cpu_bytes_per_node == pytest.approx(cpu, rel=rel)
+        assert offload.weights_bytes + offload.gathered_bytes == gpu
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +304,14 @@ def test_plan_fit_on_several_gpus_says_how_to_launch(small_config_dir, tmp_path,
     assert f"torchrun --nproc_per_node 2 -m fitwhisper train --plan {out_file} ..." in out
     settings = json.loads(out_file.read_text())["settings"]
     assert (settings["num_gpus"], settings["num_nodes"], settings["deepspeed"]) == (2, 1, None)
+
+
+def test_the_reduce_buckets_planned_are_the_shipped_configs():
+    """ZeRO-2 allocates two buffers of reduce_bucket_size (2e8 in zero2.json) with
+    overlap_comm, ZeRO-3 one of d_model**2 (HF's "auto"), in the 16-bit dtype under bf16."""
+    p = 10**9
+    zero2 = shard(_known(p), 8, 1, "zero2")
+    assert zero2.communication_bytes == 2 * 200_000_000 * 2
+    assert zero2.communication == "2 reduce buckets of 200M elements"
+    zero3 = shard(_known(p), 8, 1, "zero3")
+    assert zero3.communication_bytes - zero3.gathered_bytes == 1280 * 1280 * 2

@@ -3,11 +3,12 @@
     torchrun --nproc_per_node 2 rank_faults.py FAULT RANK STEP fitwhisper-arguments...
 
 From its STEP-th training forward pass on (counted from 1), the process with rank RANK
-does FAULT for any batch larger than one clip: `oom` raises torch.OutOfMemoryError in the
-forward pass, as a GPU that is a little too small would; `oom_backward` raises it in the
-backward pass, once the decoder's gradients are made and DDP has marked them ready (with
-gradient checkpointing's recomputation, OOMs land there); `kill` SIGKILLs the process (a
-machine that dies), whatever its batch. The other ranks run normally.
+does FAULT: `oom` raises torch.OutOfMemoryError in the forward pass for any batch larger
+than one clip, as a GPU that is a little too small would; `oom_backward` raises it in the
+backward pass of such a batch, once the decoder's gradients are made and DDP has marked
+them ready (with gradient checkpointing's recomputation, OOMs land there); `kill` SIGKILLs
+the process (a machine that dies), whatever its batch; `nangrad` makes every gradient of
+the pass NaN while its loss stays finite. The other ranks run normally.
 """
 
 from __future__ import annotations
@@ -54,12 +55,16 @@ def _install(fault: str, rank: int, step: int) -> None:
                     if fault == "oom":
                         msg = "injected: CUDA out of memory (rank_faults.py)"
                         raise torch.OutOfMemoryError(msg)
-                    hook = self.model.encoder.register_forward_hook(fail_backward)
-                    try:
-                        return real(self, *args, **kwargs)
-                    finally:
-                        hook.remove()
-        return real(self, *args, **kwargs)
+                    if fault == "oom_backward":
+                        hook = self.model.encoder.register_forward_hook(fail_backward)
+                        try:
+                            return real(self, *args, **kwargs)
+                        finally:
+                            hook.remove()
+        out = real(self, *args, **kwargs)
+        if fault == "nangrad" and self.training and calls >= step:
+            out.loss.register_hook(lambda g: g * float("nan"))
+        return out
 
     WhisperForConditionalGeneration.forward = forward
 

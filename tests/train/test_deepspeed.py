@@ -2,9 +2,9 @@
 the "auto" values transformers fills from the run's flags.
 
 Training under DeepSpeed itself (on the CPU, over gloo, with DeepSpeed's CPU accelerator)
-is in test_sharded.py, marked slow; these run without launching anything and skip only
-the checks that need the deepspeed package where it is not installed (it is the optional
-extra `fitwhisper[deepspeed]`).
+is in test_sharded.py, marked slow; these run without launching anything. The checks that
+need the deepspeed package (the optional extra `fitwhisper[deepspeed]`) are marked
+`deepspeed`: `make test-deepspeed` runs them (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.memory.sharded import reduce_buckets
 from fitwhisper.train import validate
 from fitwhisper.train.sharding import (
     GATHER_ON_SAVE,
@@ -66,7 +67,6 @@ def test_each_shipped_config_leaves_the_trainers_values_auto(name: str) -> None:
     for key in TRAINER_KEYS:
         assert config[key] == "auto", key
     assert config["fp16"]["enabled"] == config["bf16"]["enabled"] == "auto"
-    assert config["zero_optimization"]["reduce_bucket_size"] == "auto"
     assert zero_stage(config) == (2 if name == "zero2" else 3)
     if name == "zero3_offload":
         zero = config["zero_optimization"]
@@ -76,6 +76,17 @@ def test_each_shipped_config_leaves_the_trainers_values_auto(name: str) -> None:
         assert "optimizer" not in config and "scheduler" not in config
     if zero_stage(config) == 3:  # save_model writes whole weights, not empty shards
         assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"]
+
+
+def test_zero2_reduces_in_buckets_of_2e8_and_zero3_in_d_model_squared() -> None:
+    """HF's "auto" is d_model**2 (1.6M elements for large-v3): thousands of small
+    reduce-scatters a step under ZeRO-2, so zero2 names HF's template value, 2e8; ZeRO-3
+    keeps "auto", which HF sizes with its prefetch bucket and persistence threshold."""
+    assert load_config("zero2")["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+    assert reduce_buckets("zero2", 1280) == (2, 200_000_000)  # overlap_comm: two buffers
+    for name in ("zero3", "zero3_offload"):
+        assert load_config(name)["zero_optimization"]["reduce_bucket_size"] == "auto"
+        assert reduce_buckets(name, 1280) == (1, 1280 * 1280)
 
 
 def test_the_shipped_configs_are_package_data() -> None:
@@ -194,6 +205,7 @@ def _subparser_help(parser, name: str) -> str:
     raise AssertionError(name)
 
 
+@pytest.mark.deepspeed
 @pytest.mark.parametrize("name", NAMES)
 def test_transformers_fills_every_auto_value_from_the_runs_flags(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -201,7 +213,6 @@ def test_transformers_fills_every_auto_value_from_the_runs_flags(
     """TrainingArguments(deepspeed=...) as `train` builds them: transformers' own
     HfTrainerDeepSpeedConfig resolves the shipped file, then finalises it as Trainer does
     once the model and the step count are known. No "auto" may be left for DeepSpeed."""
-    pytest.importorskip("deepspeed", reason="the optional extra fitwhisper[deepspeed]")
     from transformers import WhisperConfig
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
@@ -231,7 +242,8 @@ def test_transformers_fills_every_auto_value_from_the_runs_flags(
     assert config["train_batch_size"] == 15  # x 1 process
     assert config["gradient_clipping"] == 1.0
     assert config["bf16"]["enabled"] is True and config["fp16"]["enabled"] is False
-    assert config["zero_optimization"]["reduce_bucket_size"] == 64 * 64
+    # The bucket the memory planner counts is the one DeepSpeed is given.
+    assert config["zero_optimization"]["reduce_bucket_size"] == reduce_buckets(name, 64)[1]
     if name == "zero3_offload":
         assert config["optimizer"]["params"] == {
             "lr": 2e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01

@@ -239,3 +239,90 @@ def test_nan_weights_are_not_saved_as_a_checkpoint(
               callbacks=(PoisonStepTwo(),))  # fmt: skip
     assert e.value.message.startswith("the model's weights are not finite at step 2 (first: ")
     assert not (out / "checkpoint-2").exists()
+
+
+class _Engine:
+    """What the guard reads of a DeepSpeed engine after its step (deepspeed/runtime/
+    engine.py): the global gradient norm and whether the update was applied."""
+
+    def __init__(self, norm, applied: bool = True) -> None:
+        self.norm, self.applied = norm, applied
+
+    def get_global_grad_norm(self):
+        return self.norm
+
+    def was_step_applied(self) -> bool:
+        return self.applied
+
+
+@pytest.mark.parametrize(
+    ("norm", "applied", "fp16", "stops"),
+    [
+        (torch.tensor(2.5), True, False, False),
+        (None, True, False, False),  # no step taken yet: nothing to judge
+        (float("nan"), True, False, True),  # fp32 and bf16 ZeRO-3 step with a NaN norm
+        (torch.tensor(float("inf")), True, False, True),
+        (1.0, False, False, True),  # bf16 ZeRO-2 dropped the step: non-finite gradients
+        (float("nan"), False, True, False),  # fp16: the loss scaler's business
+    ],
+)
+def test_under_deepspeed_the_engines_gradient_norm_is_judged(
+    tmp_path: Path, norm, applied: bool, fp16: bool, stops: bool
+) -> None:
+    """ZeRO keeps no p.grad: the guard reads the engine the Trainer stepped instead."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from fitwhisper.train.guard import NonFiniteGuard
+
+    guard = NonFiniteGuard(SimpleNamespace(rows=None), "stop")
+    model = torch.nn.Linear(2, 2)  # no .grad, as under ZeRO
+    guard.note(torch.tensor([0]), torch.tensor(1.5), _Engine(norm, applied))
+    args = SimpleNamespace(fp16=fp16, output_dir=str(tmp_path))
+    if not stops:
+        guard.on_pre_optimizer_step(args, TrainerState(), TrainerControl(), model=model)
+        return
+    with pytest.raises(DivergenceError) as e:
+        guard.on_pre_optimizer_step(args, TrainerState(), TrainerControl(), model=model)
+    assert e.value.message.startswith("training diverged at step 1: the gradient is not finite")
+
+
+def test_zero3_weights_are_checked_in_each_ranks_partition() -> None:
+    """ZeRO-3 empties each parameter and keeps this rank's share in `ds_tensor`."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    for p in model.parameters():
+        p.ds_tensor = p.data.flatten().clone()
+        p.data = torch.empty(0)
+    check_weights(model, "step 3")
+    model[1].weight.ds_tensor[1] = float("nan")
+    with pytest.raises(DivergenceError) as e:
+        check_weights(model, "step 3")
+    assert e.value.message.startswith(
+        "the model's weights are not finite at step 3 (first: 1.weight)"
+    )
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_under_deepspeed_the_start_says_what_the_guard_watches(fp16: bool, caplog) -> None:
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from fitwhisper.train.guard import NonFiniteGuard
+
+    guard = NonFiniteGuard(SimpleNamespace(rows=None), "stop")
+    args = SimpleNamespace(deepspeed="zero2.json", fp16=fp16)
+    with caplog.at_level("INFO", logger="fitwhisper"):
+        guard.on_train_begin(args, TrainerState(), TrainerControl())
+    line = caplog.text
+    assert "divergence guard under DeepSpeed: watches each loss and, " in line
+    if fp16:
+        assert "under fp16, nothing of the gradients (its loss scaler skips such steps)" in line
+    else:
+        assert "DeepSpeed's global gradient norm and skipped update" in line
+    caplog.clear()
+    with caplog.at_level("INFO", logger="fitwhisper"):
+        guard.on_train_begin(SimpleNamespace(deepspeed=None, fp16=False), TrainerState(),
+                             TrainerControl())  # fmt: skip
+    assert "DeepSpeed" not in caplog.text

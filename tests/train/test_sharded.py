@@ -16,7 +16,6 @@ both are pinned here, with the warning fitwhisper prints in the second case.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -38,10 +37,7 @@ from tests.train.test_multiprocess import (
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-needs_deepspeed = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="deepspeed is not installed (the optional extra fitwhisper[deepspeed])",
-)
+needs_deepspeed = pytest.mark.deepspeed  # run by `make test-deepspeed` (tests/conftest.py)
 
 
 def _assert_same_run(run: Path, reference: Path) -> None:
@@ -72,8 +68,10 @@ def eval_manifest(clips: Path) -> Path:  # noqa: F811
 
 def _op_built(name: str) -> bool:
     """Whether DeepSpeed's JIT-built op `name` is in torch's extension cache already."""
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
-    return any(Path(root).glob(f"*/{name}/*.so"))
+    # torch builds into TORCH_EXTENSIONS_DIR/NAME, or ~/.cache/torch_extensions/py311_cpu/NAME.
+    if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return any(Path(root).glob(f"{name}/*.so"))
+    return any((Path.home() / ".cache" / "torch_extensions").glob(f"*/{name}/*.so"))
 
 
 OFFLOAD = pytest.param(
@@ -186,6 +184,24 @@ def test_an_oom_under_deepspeed_stops_with_advice_instead_of_splitting(
     assert "under DeepSpeed, which leaves no room to split the batch" in done.stdout
     assert "now per-device batch" not in done.stdout
     assert not (out / "final").exists()
+
+
+@needs_deepspeed
+def test_under_zero3_a_nan_gradient_stops_the_run_at_its_step(
+    tiny_whisper_dir,
+    clips,  # noqa: F811
+    tmp_path,
+) -> None:
+    """ZeRO keeps no p.grad and ZeRO-3 leaves each parameter empty, so the guard reads the
+    engine's global gradient norm: rank 1's NaN gradients at step 3 (loss finite) stop both
+    ranks there, with checkpoint-2 kept and nothing NaN saved."""
+    out = tmp_path / "nan"
+    args = [*_train_args(tiny_whisper_dir, clips, out), "--deepspeed", "zero3"]
+    done = _run(_torchrun(str(HERE / "rank_faults.py"), "nangrad", "1", "3", *args))
+    assert done.returncode != 0
+    assert "training diverged at step 3: the gradient is not finite (NaN or Inf)" in done.stdout
+    assert (out / "checkpoint-2").is_dir()
+    assert not (out / "checkpoint-3").exists() and not (out / "final").exists()
 
 
 @needs_deepspeed

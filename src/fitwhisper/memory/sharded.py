@@ -18,11 +18,17 @@ each part is placed where the strategy keeps it, by the documented rules:
 - ZeRO-3: weights partitioned too (all of them, frozen included); a layer's parameters are
   gathered for its forward and backward: the gathered working set is DeepSpeed's estimator
   term, 4 bytes x the largest layer's parameters (16-bit weights + gradients).
-- ZeRO-3 + offload (offload_optimizer to CPU, parameters stay on the GPU): optimizer states,
-  fp32 masters and fp32 gradients live in the node's CPU memory; the optimizer step runs on
-  the CPU.
-- ZeRO reduce buckets: two (overlap_comm) of d_model**2 16-bit elements, HF's "auto" value
-  of reduce_bucket_size.
+- ZeRO-3 + offload (the shipped zero3_offload.json: offload_optimizer and offload_param to
+  the CPU): weights (16-bit, frozen ones too), optimizer states, fp32 masters and fp32
+  gradients live in the node's CPU memory and the optimizer step runs there; the GPU holds
+  the gathered layer and the reduce bucket.
+- ZeRO reduce buckets: the shipped config's reduce_bucket_size (HF fills "auto" with
+  d_model**2), two buffers under ZeRO-2 with overlap_comm (stage_1_and_2.py setup_buckets),
+  one under ZeRO-3 (stage3.py's IPG buffer), in the optimizer's dtype.
+- CPU RAM per node (every DeepSpeed plan): the model loads whole in each rank before
+  DeepSpeed takes it (no zero.Init: the model exists before the DeepSpeed config), so a node
+  needs the larger of its ranks' load copies and the offloaded states, times DeepSpeed's
+  additional_buffer_factor (1.5), as its estimators with zero_init=False count it.
 
 Reference: DeepSpeed's `estimate_zero2_model_states_mem_needs` (stage_1_and_2.py) and
 `estimate_zero3_model_states_mem_needs` (stage3.py); `tests/memory/test_sharded.py` checks
@@ -60,9 +66,10 @@ STRATEGY_NAMES = {
     "ddp": "DDP",
     "zero2": "DeepSpeed ZeRO-2",
     "zero3": "DeepSpeed ZeRO-3",
-    "zero3_offload": "DeepSpeed ZeRO-3, optimizer offloaded to CPU",
+    "zero3_offload": "DeepSpeed ZeRO-3, weights and optimizer offloaded to CPU",
 }
-OVERLAP_BUCKETS = 2  # ZeRO's overlap_comm keeps two reduce buckets
+# DeepSpeed's estimators' default additional_buffer_factor on their CPU figures.
+CPU_BUFFER_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,7 @@ class ShardedPrediction:
     cuda_context_bytes: int
     allocator_slack_bytes: int
     total_bytes: int
-    cpu_bytes_per_node: int  # offloaded states on each node's CPU (0 without offload)
+    cpu_bytes_per_node: int  # CPU RAM of each node's ranks (0 outside DeepSpeed)
     fp32_gradient_bytes: int = 0  # of optimizer_step_bytes: the fp32 gradient partition
     gathered_bytes: int = 0  # of communication_bytes: ZeRO-3's gathered layer
     sharded: tuple[str, ...] = field(default=())  # which parts are split over the world
@@ -170,9 +177,12 @@ class ShardedPrediction:
         lines.append(f"  {'-' * 27}")
         lines.append(f"  {'total':18} {self.total_bytes / GIB:8.2f}  predicted peak per GPU")
         if self.cpu_bytes_per_node:
+            ranks = f"{self.num_gpus} rank{'s' if self.num_gpus > 1 else ''}"
+            what = (f"the larger of its {ranks}' model load copies and the offloaded states"
+                    if self.offloaded else f"its {ranks}' model load copies")  # fmt: skip
             lines.append(
-                f"  {'CPU RAM per node':18} {self.cpu_bytes_per_node / GIB:8.2f}  offloaded "
-                f"states of the node's {self.num_gpus} rank{'s' if self.num_gpus > 1 else ''}"
+                f"  {'CPU RAM per node':18} {self.cpu_bytes_per_node / GIB:8.2f}  {what}, "
+                f"x{CPU_BUFFER_FACTOR} DeepSpeed's buffer factor"
             )
         lines.append(f"  one GPU without sharding would need {s.total_bytes / GIB:.2f} GiB")
         lines.append(f"  assumptions: {self.assumptions}")
@@ -264,13 +274,16 @@ def shard(
     else:
         d_model = _dims(r)[0]
         elem = 2 if half else 4
-        buckets = OVERLAP_BUCKETS * d_model * d_model * elem
+        count, elements = reduce_buckets(strategy, d_model)
         g_r, o_r = _div(g, world), _div(o, world)
         fp32_r = _div(fp32_grads, world)
         s_r = _div(S, world) + fp32_r
         w_r = w if strategy == "zero2" else _div(w, world)
         sharded = ("gradients", "optimizer") + (() if strategy == "zero2" else ("weights",))
-        comm, comm_what = buckets, f"{OVERLAP_BUCKETS} reduce buckets of d_model^2"
+        comm = count * elements * elem
+        comm_what = (
+            f"{count} reduce bucket{'s' if count > 1 else ''} of {elements / 1e6:.3g}M elements"
+        )
         assumptions = "ZeRO-2 keeps every weight on every GPU (frozen ones too)"
         if strategy != "zero2":
             name, n = _dims(r)[1], _dims(r)[2]
@@ -278,14 +291,17 @@ def shard(
             comm += gathered
             comm_what += f" + gathered largest layer ({name}, {n / 1e6:.1f}M params)"
             assumptions = "ZeRO-3 gathers one layer at a time, no prefetch beyond it"
+        load = W * num_gpus  # each rank's whole model, loaded before DeepSpeed takes it
+        offloaded_states = 0
         if strategy == "zero3_offload":
-            # fp32 masters (a CPU copy in fp32 training too), Adam states and fp32
-            # gradients on the CPU; on the GPU the gradients only pass through the buckets.
-            cpu = _div(Opt + 2 * G, world) * num_gpus
-            g_r = o_r = s_r = fp32_r = 0
-            offloaded = ("gradients", "optimizer")
-            sharded = ("weights",)
-            assumptions += "; optimizer offloaded to CPU, parameters stay on the GPU"
+            # Weights (frozen too), fp32 masters (a CPU copy in fp32 training too), Adam
+            # states and fp32 gradients on the CPU; on the GPU only the gathered layer and
+            # the gradients passing through the bucket.
+            offloaded_states = _div(w + Opt + 2 * G, world) * num_gpus
+            w_r = g_r = o_r = s_r = fp32_r = 0
+            offloaded = ("weights", "gradients", "optimizer")
+            assumptions += "; weights and optimizer offloaded to CPU"
+        cpu = int(CPU_BUFFER_FACTOR * max(load, offloaded_states))
         assumptions += (
             "; activations as traced with torch autocast; CUDA context and allocator slack "
             "as for one GPU; NCCL buffers not counted"
@@ -327,6 +343,23 @@ def _one_process(p: MemoryPrediction) -> ShardedPrediction:
         allocator_slack_bytes=p.allocator_slack_bytes, total_bytes=p.total_bytes,
         cpu_bytes_per_node=0, assumptions="one process",
     )  # fmt: skip
+
+
+def reduce_buckets(strategy: str, d_model: int) -> tuple[int, int]:
+    """How many ZeRO reduce buffers each GPU allocates, and their size in elements, as the
+    shipped config `strategy` sets them."""
+    from fitwhisper.train.sharding import load_config
+
+    zero = load_config(strategy)["zero_optimization"]
+    size = zero["reduce_bucket_size"]
+    # transformers fills "auto" with hidden_size**2 (integrations/deepspeed.py).
+    elements = d_model * d_model if size == "auto" else int(size)
+    if not zero.get("contiguous_gradients"):
+        return 0, elements  # gradients are reduced where they lie, no buffer
+    # ZeRO-2 double-buffers with overlap_comm (stage_1_and_2.py setup_buckets); ZeRO-3
+    # allocates one IPG buffer (stage3.py).
+    count = 2 if zero["stage"] == 2 and zero.get("overlap_comm") else 1
+    return count, elements
 
 
 def _check_planned(strategy: str, r: MemoryRequest) -> None:

@@ -15,11 +15,21 @@ which is saved, scored and exported. Here:
   gradients (AdamW leaves parameters without one untouched), counts the step and goes on;
 - `check_weights` refuses non-finite weights before a checkpoint, an evaluation, and at the
   end of training, before final/ is written.
+
+Under DeepSpeed the engine steps inside the backward pass and keeps no `p.grad`, so the
+gradient is judged by what the engine offers after its step: the global gradient norm, and
+whether it applied the update (bf16 ZeRO-2 drops a step with non-finite gradients itself,
+check_grad_overflow). The update is then already made; stopping still keeps every file of
+the step from being written (`--on_nonfinite skip` is refused there, train/sharding.py).
+Under ZeRO-3 each rank holds a partition of every weight (`ds_tensor`; the parameter itself
+is empty), so `check_weights` reads the partitions: the rank that finds a NaN stops, and the
+launcher stops the others.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +119,9 @@ class GuardMixin:
         items = inputs.pop(ITEMS_KEY, None)
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self.nonfinite_guard is not None:
-            self.nonfinite_guard.note(items, loss)
+            # Under DeepSpeed `model` is the engine, which has just stepped at a boundary.
+            engine = model if getattr(self, "is_deepspeed_enabled", False) else None
+            self.nonfinite_guard.note(items, loss, engine)
         return loss
 
 
@@ -123,12 +135,26 @@ class NonFiniteGuard(TrainerCallback):
         self.skipped = 0
         self._items: list[int] = []
         self._losses: list[torch.Tensor] = []
+        self._engine = None  # the DeepSpeed engine, once a step under it is noted
 
-    def note(self, items: torch.Tensor | None, loss: torch.Tensor | None) -> None:
+    def note(self, items: torch.Tensor | None, loss: torch.Tensor | None, engine=None) -> None:
+        self._engine = engine
         if items is not None:
             self._items += [int(i) for i in items.tolist()]
         if loss is not None:
             self._losses.append(loss.detach())
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.deepspeed:
+            log.info(
+                "divergence guard under DeepSpeed: watches each loss and, %s; weights before "
+                "each save, evaluation and final/ (ZeRO-3: each rank its own partition)",
+                "under fp16, nothing of the gradients (its loss scaler skips such steps)"
+                if args.fp16
+                else "after each step, DeepSpeed's global gradient norm and "
+                "skipped update (the update is made already: the run stops before the step "
+                "saves anything)",
+            )
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         items, losses = self._items, self._losses
@@ -136,7 +162,12 @@ class NonFiniteGuard(TrainerCallback):
         bad_loss = bool(losses) and not bool(torch.isfinite(torch.stack(losses)).all())
         # fp16's gradient scaler expects Inf gradients now and then (its scale is too high):
         # it skips that step and lowers the scale itself, so only the loss is judged there.
-        grads_ok = args.fp16 or model is None or _finite(_grads(model))
+        if args.fp16:
+            grads_ok = True
+        elif self._engine is not None:
+            grads_ok = _deepspeed_step_finite(self._engine)
+        else:
+            grads_ok = model is None or _finite(_grads(model))
         if not bad_loss and grads_ok:
             return
         step = state.global_step + 1
@@ -181,7 +212,9 @@ def check_weights(model: torch.nn.Module, where: str) -> None:
     Raises:
         DivergenceError: naming `where` (a step, or final/) and the first bad parameter.
     """
-    params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    # ZeRO-3 leaves each parameter empty and this rank's partition in `ds_tensor`.
+    params = [(n, getattr(p, "ds_tensor", p)) for n, p in model.named_parameters()]
+    params = [(n, p) for n, p in params if p.is_floating_point()]
     if _finite([p for _, p in params]):
         return
     bad = next(n for n, p in params if not bool(torch.isfinite(p).all()))
@@ -191,6 +224,13 @@ def check_weights(model: torch.nn.Module, where: str) -> None:
         hint="lower --learning_rate, run `fitwhisper check-data` on the manifest, or resume "
         "from an earlier checkpoint",
     )
+
+
+def _deepspeed_step_finite(engine) -> bool:
+    """Whether the DeepSpeed engine's last step saw finite gradients: an update it did not
+    apply (outside fp16, only for non-finite gradients) or a NaN/Inf global norm says no."""
+    norm = engine.get_global_grad_norm()  # None before the first step; float or tensor
+    return engine.was_step_applied() and (norm is None or math.isfinite(float(norm)))
 
 
 def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
