@@ -19,6 +19,7 @@ class CheckDataOptions:
     manifest: str = field(
         default="",
         metadata={
+            "path": "any",
             "help": "A .json list, .jsonl, .csv/.tsv, an audiofolder or a save_to_disk folder.",
             "positional": True,
         },
@@ -26,19 +27,23 @@ class CheckDataOptions:
     model: str | None = field(
         default=None,
         metadata={
+            "path": "model",
             "help": "Model whose tokenizer measures transcripts against --max_label_tokens (a "
-            "hub id, folder, or offline/tiny.en). Without it, token lengths are not checked."
+            "hub id, folder, or offline/tiny.en). Without it, token lengths are not checked.",
         },
     )
     report: str | None = field(
         default=None,
         metadata={
+            "path": "new_file",
             "help": "Write one line per row (problems, duration, sample rate, channels) to FILE "
             "(.jsonl or .csv).",
             "metavar": "FILE",
         },
     )
-    limit: int | None = field(default=None, metadata={"help": "Check only the first N rows."})
+    limit: int | None = field(
+        default=None, metadata={"min": 1, "none": "all", "help": "Check only the first N rows."}
+    )
 
 
 # Column names and limits: DataConfig's fields, the same text `train --help` shows.

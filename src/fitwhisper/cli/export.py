@@ -22,10 +22,16 @@ class ExportArgs:
     """What to export, where to, and what to re-score it on."""
 
     model: str = field(
-        metadata={"help": "Model spec, as for evaluate.", "positional": True, "metavar": "MODEL"}
+        metadata={
+            "path": "model",
+            "help": "Model spec, as for evaluate.",
+            "positional": True,
+            "metavar": "MODEL",
+        }
     )
     out: str = field(
         metadata={
+            "path": "new_folder",
             "help": "Folder to write to: the model itself for one --format, a folder per "
             "format (OUT/ct2, OUT/ggml, ...) for several; README.md (the model card) and, "
             "with --manifest, export_report.json go here.",
@@ -60,9 +66,10 @@ class ExportArgs:
     manifest: str | None = field(
         default=None,
         metadata={
+            "path": "any",
             "help": "Re-score: the source and each export, in its own engine, transcribe "
             "these rows and a long file made of them (with timestamps); table printed and "
-            "written to OUT/export_report.json and the model card."
+            "written to OUT/export_report.json and the model card.",
         },
     )
     language: str | None = field(
@@ -70,7 +77,8 @@ class ExportArgs:
         metadata={"help": "Language of the manifest's speech, e.g. zh.", "metavar": "LANG"},
     )
     max_samples: int | None = field(
-        default=None, metadata={"help": "Score only the first N rows.", "metavar": "N"}
+        default=None,
+        metadata={"min": 1, "none": "all", "help": "Score only the first N rows.", "metavar": "N"},
     )
     opencc: OpenCCConfig | None = field(
         default=None,
@@ -79,7 +87,9 @@ class ExportArgs:
             "metavar": "CONFIG",
         },
     )
-    batch_size: int = field(default=8, metadata={"help": "Clips per batch when re-scoring."})
+    batch_size: int = field(
+        default=8, metadata={"min": 1, "help": "Clips per batch when re-scoring."}
+    )
     force: bool = field(
         default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
     )

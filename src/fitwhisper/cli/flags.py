@@ -16,6 +16,9 @@ Field metadata understood here (all optional):
     switch      a bool flag that takes no value (`--json`, not `--json true`): safe before
                 positional arguments
     metavar     the placeholder shown in help
+    min, max, above, below, also, none, why, unbounded, path
+                the values the option takes, checked by `build_config`
+                (see `fitwhisper.option_ranges`)
 """
 
 from __future__ import annotations
@@ -157,12 +160,18 @@ def _to_bool(parser: argparse.ArgumentParser, text: str) -> bool:
 def build_config(
     cls: type[T], args: argparse.Namespace, file_values: dict[str, Any] | None = None
 ) -> T:
-    """An instance of `cls` from defaults, then the config file's section, then the flags."""
+    """An instance of `cls` from defaults, then the config file's section, then the flags;
+    ConfigError, before anything loads, for any value outside what its field declares
+    (`fitwhisper.option_ranges`: bounds of numbers, kinds of paths)."""
+    from fitwhisper.option_ranges import check
+
     file_values = file_values or {}
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in file_values.items() if k in names}
     values.update({k: v for k, v in vars(args).items() if k in names})
-    return cls(**values)
+    built = cls(**values)
+    check(built)
+    return built
 
 
 def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, dict[str, Any]]:

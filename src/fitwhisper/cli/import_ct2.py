@@ -15,6 +15,7 @@ class ImportCt2Args:
 
     src: str = field(
         metadata={
+            "path": "folder",
             "help": "CTranslate2 model folder (model.bin or model.bin.part1, .part2, ...), or a "
             "model.bin file.",
             "positional": True,
@@ -23,6 +24,7 @@ class ImportCt2Args:
     )
     out: str = field(
         metadata={
+            "path": "new_folder",
             "help": "Folder to write the checkpoint to.",
             "positional": True,
             "metavar": "OUT",
@@ -42,13 +44,18 @@ class ImportCt2Args:
     config: str | None = field(
         default=None,
         metadata={
+            "path": "file",
             "help": "CTranslate2 config.json (default: next to the model).",
             "metavar": "FILE",
         },
     )
     tokenizer: str | None = field(
         default=None,
-        metadata={"help": "tokenizer.json (default: next to the model).", "metavar": "FILE"},
+        metadata={
+            "path": "file",
+            "help": "tokenizer.json (default: next to the model).",
+            "metavar": "FILE",
+        },
     )
     force: bool = field(
         default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}

@@ -14,6 +14,7 @@ class MergeArgs:
 
     adapter: str = field(
         metadata={
+            "path": "folder",
             "help": "A LoRA run's final/ folder, or the run folder itself.",
             "positional": True,
             "metavar": "ADAPTER",
@@ -21,6 +22,7 @@ class MergeArgs:
     )
     out: str = field(
         metadata={
+            "path": "new_folder",
             "help": "Folder to write the merged model to.",
             "positional": True,
             "metavar": "OUT",
