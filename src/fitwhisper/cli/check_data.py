@@ -69,8 +69,10 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.data.check import check_manifest
     from fitwhisper.data.manifest import load_manifest, select
+    from fitwhisper.paths import refuse_overlap
 
     opts, data_cfg = build_config(CheckDataOptions, args), build_config(DataConfig, args)
+    refuse_overlap({"--report": opts.report}, {"MANIFEST": opts.manifest, "--model": opts.model})
     manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns())
     if opts.limit is not None:
         manifest.rows = select(manifest.rows, opts.limit)

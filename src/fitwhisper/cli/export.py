@@ -133,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
 
     a = build_config(ExportArgs, args)
     formats = check_formats(a.format)
-    refuse_overlap({"OUT": a.out}, {"--manifest": a.manifest})
+    # As given, before anything resolves; export_formats checks the resolved model again
+    # (a run folder's final/, a LoRA adapter's base).
+    refuse_overlap({"OUT": a.out}, {"MODEL": a.model, "--manifest": a.manifest})
     model = resolve_model(a.model)
     written = export_formats(model, a.out, formats, quantization=a.quantization,
                              ggml_dtype=a.ggml_dtype, overwrite=a.force)  # fmt: skip

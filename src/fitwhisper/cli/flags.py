@@ -118,7 +118,8 @@ def _add_valued(group, f, flags, common, kind, choices, optional, default, help_
         group.add_argument(
             *flags,
             action="extend",
-            type=_comma_list,
+            # A path given as the empty text is a mistake, not "none".
+            type=_comma_paths if meta.get("path") else _comma_list,
             metavar="A,B",
             help=f"{help_text} (default: {','.join(default or [])})",
             **common,
@@ -299,6 +300,15 @@ def _parser_for(kind: type, optional: bool):
 
 def _comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _comma_paths(text: str) -> list[str]:
+    if not (items := _comma_list(text)):
+        raise ValueError("an empty path")
+    return items
+
+
+_comma_paths.__name__ = "path"  # argparse: "invalid path value: ''"
 
 
 def _default_of(f: dataclasses.Field) -> Any:

@@ -15,7 +15,7 @@ class ImportCt2Args:
 
     src: str = field(
         metadata={
-            "path": "folder",
+            "path": "any",
             "help": "CTranslate2 model folder (model.bin or model.bin.part1, .part2, ...), or a "
             "model.bin file.",
             "positional": True,
@@ -33,8 +33,9 @@ class ImportCt2Args:
     part: list[str] = field(
         default_factory=list,
         metadata={
+            "path": "file",
             "help": "A further part of a split model.bin; repeat in order. SRC is then the "
-            "first part."
+            "first part.",
         },
     )
     dtype: Literal["float32", "float16"] = field(
@@ -82,8 +83,14 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.models.ct2_import import import_ct2
+    from fitwhisper.paths import refuse_overlap
 
     a = build_config(ImportCt2Args, args)
+    refuse_overlap(
+        {"OUT": a.out},
+        [("SRC", a.src), *(("--part", p) for p in a.part or ()),
+         ("--config", a.config), ("--tokenizer", a.tokenizer)],
+    )  # fmt: skip
     # Paths stay strings in the parser; import_ct2 takes str or Path.
     src = [a.src, *a.part] if a.part else a.src
     r = import_ct2(
