@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fitwhisper.eval_config import EvalConfig
+from fitwhisper.option_ranges import COUNT_OR_ALL, FRACTION, SEED, SHARE, WHISPER_TOKENS
 
 __all__ = ["DataConfig", "EvalConfig", "ModelConfig", "TrainConfig"]
 
@@ -85,9 +86,7 @@ class DataConfig:
     max_label_tokens: int = field(
         default=WHISPER_MAX_LABEL_TOKENS,
         metadata={
-            "min": 1,
-            "max": 448,
-            "why": "Whisper's decoder holds 448 tokens",
+            **WHISPER_TOKENS,
             "help": "Longest transcript in tokens, special tokens included (limit 448).",
         },
     )
@@ -100,15 +99,11 @@ class DataConfig:
     )
     max_train_samples: int | None = field(
         default=None,
-        metadata={
-            "min": 1,
-            "none": "all",
-            "help": "Use at most this many training rows (for quick runs).",
-        },
+        metadata={**COUNT_OR_ALL, "help": "Use at most this many training rows (for quick runs)."},
     )
     max_eval_samples: int | None = field(
         default=None,
-        metadata={"min": 1, "none": "all", "help": "Use at most this many evaluation rows."},
+        metadata={**COUNT_OR_ALL, "help": "Use at most this many evaluation rows."},
     )
 
     def manifest_columns(self) -> dict[str, str | None]:
@@ -192,7 +187,7 @@ class ModelConfig:
     )
     lora_dropout: float = field(
         default=0.05,
-        metadata={"min": 0, "below": 1, "help": "Dropout on the adapters' input (0.05-0.1)."},
+        metadata={**SHARE, "help": "Dropout on the adapters' input (0.05-0.1)."},
     )
     lora_target_modules: list[str] = field(
         default_factory=lambda: list(LORA_TARGETS_DEFAULT),
@@ -317,8 +312,7 @@ class TrainConfig:
     warmup_ratio: float = field(
         default=0.0,
         metadata={
-            "min": 0,
-            "below": 1,
+            **SHARE,
             "help": "Warm-up as a fraction of all steps (0.1: a tenth); instead of warmup_steps.",
         },
     )
@@ -352,12 +346,7 @@ class TrainConfig:
     )
     seed: int = field(
         default=42,
-        metadata={
-            "min": 0,
-            "max": 2**32 - 1,
-            "why": "the random generators take 32 bits",
-            "help": "Random seed for model, data order, dropout.",
-        },
+        metadata={**SEED, "help": "Random seed for model, data order, dropout."},
     )
     fp16: bool | None = field(
         default=None,
@@ -382,9 +371,7 @@ class TrainConfig:
     generation_max_length: int = field(
         default=225,
         metadata={
-            "min": 1,
-            "max": 448,
-            "why": "Whisper's decoder holds 448 tokens",
+            **WHISPER_TOKENS,
             "help": "Longest transcript generated when scoring, in tokens.",
         },
     )
@@ -495,8 +482,7 @@ class TrainConfig:
     packed_timestamp_fraction: float = field(
         default=1.0,
         metadata={
-            "min": 0,
-            "max": 1,
+            **FRACTION,
             "help": "With --pack_clips: the share of windows of several clips labelled with "
             "timestamp tokens; the others are plain text after <|notimestamps|> (windows of "
             "one clip always are).",
@@ -505,8 +491,7 @@ class TrainConfig:
     packed_single_clip_share: float = field(
         default=0.4,
         metadata={
-            "min": 0,
-            "below": 1,
+            **SHARE,
             "help": "With --pack_clips: the share of windows (evenly spread) that hold one "
             "clip, labelled as plain text, so the model keeps seeing a short clip followed "
             "by silence and learns to stop there (0: pack every window; that ran away "
@@ -538,8 +523,7 @@ class TrainConfig:
     full_window_share: float = field(
         default=0.05,
         metadata={
-            "min": 0,
-            "max": 1,
+            **FRACTION,
             "help": "--encoder_input mixed: the share of batches padded to 30 s (chosen by "
             "each batch's contents: a resumed run chooses the same).",
         },
@@ -547,8 +531,7 @@ class TrainConfig:
     packed_window_share: float = field(
         default=0.03,
         metadata={
-            "min": 0,
-            "below": 1,
+            **SHARE,
             "help": "--encoder_input mixed: the share of training items made 30 s windows of "
             "several consecutive clips labelled with timestamps, as long audio reaches the "
             "model (none below 34 training clips). With single clips alone, small English "

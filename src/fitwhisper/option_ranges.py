@@ -1,12 +1,12 @@
 """What each option may be, declared on its dataclass field and checked in one place.
 
 Every number and path option of every command says what values it takes in its field's
-metadata, next to its help text; `problems(options)` checks an options object against them
-and `check(options)` raises one ConfigError naming each bad option. The command line checks
-every options object it builds (`fitwhisper.cli.flags.build_config`: flags and `--config`
-files alike) before anything loads, and `train`'s `validate` checks its three for callers
-of the Python API. A test (tests/cli/test_option_ranges.py) fails for any int or float field
-that declares nothing, so a new option cannot forget it.
+metadata, next to its help text; `problems(options)` checks an options object against them.
+The command line checks every options object it builds (`fitwhisper.cli.flags.build_config`:
+flags and `--config` files alike) and raises one ConfigError before anything loads;
+`train`'s `validate` checks its three for callers of the Python API. It imports nothing of
+fitwhisper, so every layer may declare with it. A test (tests/cli/test_every_option.py)
+fails for any int or float field that declares nothing, so a new option cannot forget it.
 
 Field metadata read here:
     min, max      inclusive bounds (`"min": 1`: at least 1)
@@ -32,28 +32,22 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from fitwhisper.errors import ConfigError
-
 BOUNDS = ("min", "max", "above", "below")
+# Declarations several options share: `metadata={**WHISPER_TOKENS, "help": ...}`.
+WHISPER_TOKENS = {"min": 1, "max": 448, "why": "Whisper's decoder holds 448 tokens"}
+SHARE = {"min": 0, "below": 1}  # a share of something that cannot be all of it
+FRACTION = {"min": 0, "max": 1}
+COUNT_OR_ALL = {"min": 1, "none": "all"}  # at most this many; none: all of them
+SEED = {"min": 0, "max": 2**32 - 1, "why": "the random generators take 32 bits"}
+
 # Every metadata key that says which values a field takes.
 VALUE_KEYS = (*BOUNDS, "also", "none", "why", "unbounded", "path")
 PATH_KINDS = ("file", "folder", "new_file", "new_folder", "any", "model")
 
 
-def check(options: Any, only: tuple[str, ...] | None = None) -> None:
-    """ConfigError naming every field of dataclass `options` outside its declared values
-    (`only`: just these fields)."""
-    found = problems(options, only)
-    if found:
-        raise ConfigError(
-            "; ".join(found),
-            hint="fix the value" + ("s" if len(found) > 1 else "")
-            + "; `--help` says what each option takes",
-        )  # fmt: skip
-
-
 def problems(options: Any, only: tuple[str, ...] | None = None) -> list[str]:
-    """One sentence per field of dataclass `options` outside its declared values."""
+    """One sentence per field of dataclass `options` outside its declared values (`only`:
+    just these fields)."""
     hints = typing.get_type_hints(type(options))
     found = []
     for f in dataclasses.fields(options):

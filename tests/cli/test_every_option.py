@@ -29,7 +29,7 @@ from fitwhisper.cli import COMMANDS as COMMAND_MODULES
 from fitwhisper.cli import CommonOptions, build_parser, main
 from fitwhisper.cli.flags import Options, _unwrap, build_config
 from fitwhisper.errors import ConfigError
-from fitwhisper.option_ranges import declares_values, field_problem, flag_name
+from fitwhisper.option_ranges import PATH_KINDS, declares_values, field_problem, flag_name
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -72,6 +72,8 @@ def test_every_number_option_declares_its_range() -> None:
                 undeclared.append(f"{cls.__name__}.{f.name}")
             if "unbounded" in f.metadata:
                 assert f.metadata["unbounded"], f"{cls.__name__}.{f.name}: say why"
+            if "path" in f.metadata:
+                assert f.metadata["path"] in PATH_KINDS, f"{cls.__name__}.{f.name}"
     assert not undeclared, f"number options without a declared range: {undeclared}"
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.config import DataConfig
+from fitwhisper.option_ranges import COUNT_OR_ALL
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class CheckDataOptions:
         },
     )
     limit: int | None = field(
-        default=None, metadata={"min": 1, "none": "all", "help": "Check only the first N rows."}
+        default=None, metadata={**COUNT_OR_ALL, "help": "Check only the first N rows."}
     )
 
 

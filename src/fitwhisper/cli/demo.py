@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.option_ranges import SEED
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,7 @@ class DemoOptions:
     seed: int = field(
         default=0,
         metadata={
-            "min": 0,
-            "max": 2**32 - 1,
-            "why": "the random generators take 32 bits",
+            **SEED,
             "help": "Seed for the data and the training.",
         },
     )

@@ -8,6 +8,7 @@ from typing import Literal
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.models.ct2_export import Quantization
+from fitwhisper.option_ranges import COUNT_OR_ALL
 from fitwhisper.scoring import OPENCC_CONFIGS
 
 # OpenCC's tables as a Literal, so the flag's choices come from the field's type.
@@ -78,7 +79,7 @@ class ExportArgs:
     )
     max_samples: int | None = field(
         default=None,
-        metadata={"min": 1, "none": "all", "help": "Score only the first N rows.", "metavar": "N"},
+        metadata={**COUNT_OR_ALL, "help": "Score only the first N rows.", "metavar": "N"},
     )
     opencc: OpenCCConfig | None = field(
         default=None,

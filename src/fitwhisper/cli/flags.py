@@ -164,14 +164,19 @@ def build_config(
     """An instance of `cls` from defaults, then the config file's section, then the flags;
     ConfigError, before anything loads, for any value outside what its field declares
     (`fitwhisper.option_ranges`: bounds of numbers, kinds of paths)."""
-    from fitwhisper.option_ranges import check
+    from fitwhisper.option_ranges import problems
 
     file_values = file_values or {}
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in file_values.items() if k in names}
     values.update({k: v for k, v in vars(args).items() if k in names})
     built = cls(**values)
-    check(built)
+    if found := problems(built):
+        raise ConfigError(
+            "; ".join(found),
+            hint=f"fix the value{'s' if len(found) > 1 else ''}; `--help` says what each "
+            "option takes",
+        )
     return built
 
 

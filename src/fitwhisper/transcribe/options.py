@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fitwhisper.option_ranges import WHISPER_TOKENS
 from fitwhisper.scoring import OPENCC_CONFIGS
 from fitwhisper.transcribe.formats import FORMATS
 
@@ -99,9 +100,7 @@ class TranscribeOptions:
     max_new_tokens: int | None = field(
         default=None,
         metadata={
-            "min": 1,
-            "max": 448,
-            "why": "Whisper's decoder holds 448 tokens",
+            **WHISPER_TOKENS,
             "help": "Most tokens written per 30 s window; none: the model's limit, 448.",
         },
     )
