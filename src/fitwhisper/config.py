@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fitwhisper.eval_config import EvalConfig
-from fitwhisper.option_ranges import COUNT_OR_ALL, FRACTION, SEED, SHARE, WHISPER_TOKENS
+from fitwhisper.option_ranges import COUNT_OR_ALL, FRACTION, PROCESSES, SEED, SHARE, WHISPER_TOKENS
 
 __all__ = ["DataConfig", "EvalConfig", "ModelConfig", "TrainConfig"]
 
@@ -363,7 +363,8 @@ class TrainConfig:
         default=False, metadata={"help": "Recompute activations in backward to save memory."}
     )
     dataloader_num_workers: int = field(
-        default=0, metadata={"min": 0, "help": "Processes decoding audio while the model trains."}
+        default=0,
+        metadata={**PROCESSES, "help": "Processes decoding audio while the model trains."},
     )
     report_to: Literal["tensorboard", "wandb", "none"] = field(
         default="tensorboard", metadata={"help": "Where training curves go."}

@@ -38,6 +38,8 @@ WHISPER_TOKENS = {"min": 1, "max": 448, "why": "Whisper's decoder holds 448 toke
 SHARE = {"min": 0, "below": 1}  # a share of something that cannot be all of it
 FRACTION = {"min": 0, "max": 1}
 COUNT_OR_ALL = {"min": 1, "none": "all"}  # at most this many; none: all of them
+# Past a machine's CPUs (and C libraries' 32-bit counts): a careless number, refused.
+PROCESSES = {"min": 0, "max": 1024, "why": "a count of processes or threads"}
 SEED = {"min": 0, "max": 2**32 - 1, "why": "the random generators take 32 bits"}
 
 # Every metadata key that says which values a field takes.

@@ -37,6 +37,9 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 COMMANDS = dict(zip(_subparsers(), COMMAND_MODULES, strict=True))
+# Each command's positional arguments, in order.
+POSITIONAL = {name: [a.dest for a in p._actions if not a.option_strings]
+              for name, p in _subparsers().items()}  # fmt: skip
 
 
 def _option_classes() -> list[type]:
@@ -163,7 +166,7 @@ def _base(name: str, i: dict[str, Path]) -> dict[str, str | list[str]]:
 
 
 def _argv(name: str, values: dict) -> list[str]:
-    positional = [a.dest for a in _subparsers()[name]._actions if not a.option_strings]
+    positional = POSITIONAL[name]
     argv = [name]
     for dest in positional:
         if dest in values:
@@ -251,10 +254,16 @@ def _own_input_cases(i) -> list[tuple[str, str, dict, str]]:
 def test_every_option_of_every_command_with_careless_values(
     inputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    import functools
     import importlib
+
+    import fitwhisper.cli as cli
 
     for module, name in WORK:
         monkeypatch.setattr(importlib.import_module(module), name, _stop)
+    # One parser for all cases: building it is most of a case's time, and parsing leaves it
+    # as it was.
+    monkeypatch.setattr(cli, "build_parser", functools.cache(build_parser))
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)

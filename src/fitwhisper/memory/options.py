@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.option_ranges import PROCESSES
 
 DEFAULT_MARGIN = 0.10  # of the budget, kept free for what the prediction leaves out
 DEFAULT_EFFECTIVE_BATCH = 16  # effective batches of 8-32 are the usual Whisper recipes
@@ -79,6 +80,7 @@ class PlanOptions:
     num_gpus: int = field(
         default=1,
         metadata={
+            **PROCESSES,
             "min": 1,
             "help": "GPUs per node of a data-parallel run (torchrun --nproc_per_node); above "
             "1 (in all), the plan is per GPU.",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fitwhisper.option_ranges import WHISPER_TOKENS
+from fitwhisper.option_ranges import PROCESSES, WHISPER_TOKENS
 from fitwhisper.scoring import OPENCC_CONFIGS
 from fitwhisper.transcribe.formats import FORMATS
 
@@ -150,7 +150,7 @@ class TranscribeOptions:
         },
     )
     threads: int = field(
-        default=0, metadata={"min": 0, "help": "CPU threads (0: library default)."}
+        default=0, metadata={**PROCESSES, "help": "CPU threads (0: library default)."}
     )
     output_script: str | None = field(
         default=None,
