@@ -126,6 +126,11 @@ def _add_valued(group, f, flags, common, kind, choices, optional, default, help_
         )
         return
     shown = "none" if default is None else default
+    if kind in (int, float) and not choices:  # the values it takes, as build_config checks
+        from fitwhisper.option_ranges import BOUNDS, describe
+
+        if any(k in meta for k in BOUNDS):
+            shown = f"{shown}; {describe(meta)}"
     if "const" in meta:  # a bare flag means this value (`--resume`)
         common.update(nargs="?", const=meta["const"])
     group.add_argument(
