@@ -328,7 +328,14 @@ NUMBER_FIELDS = [
 ]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same examples each run (a failure is one anyone can rerun), no example database.
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     st.sampled_from(NUMBER_FIELDS),
     st.one_of(st.integers(-(10**15), 10**15), st.floats(allow_nan=True, allow_infinity=True)),
