@@ -4,7 +4,8 @@ at the top of a module or inside a function.
 
 Layers, lowest first (a unit may import its own modules and any lower layer):
 
-    0  errors, logs, config, precision, method     ground: no fitwhisper imports above
+    0  errors, logs, config, precision, method,    ground: no fitwhisper imports above
+       option_ranges
     1  scoring, codeswitch, paths, folder_lock
     2  chinese_script, models
     3  data, memory
@@ -23,7 +24,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
-    **dict.fromkeys(("errors", "logs", "eval_config", "precision", "method", "__init__"), 0),
+    **dict.fromkeys(
+        ("errors", "logs", "eval_config", "precision", "method", "option_ranges", "__init__"), 0
+    ),
     "config": 1,  # re-exports eval_config's EvalConfig
     **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock"), 1),
     **dict.fromkeys(("chinese_script", "models"), 2),

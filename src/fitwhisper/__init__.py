@@ -4,8 +4,9 @@ The command is `fitwhisper` (cli/); the library is arranged in layers, lowest fi
 module imports a layer above its own (tests/test_package_shape.py):
 
 - ground: `errors` (user errors with hints), `logs`, `config` (the option dataclasses
-  every flag comes from; `eval_config` holds the scoring ones), `precision` (fp32, fp16
-  or bf16 for a run), `method` (full, LoRA, 8-bit, 4-bit)
+  every flag comes from; `eval_config` holds the scoring ones), `option_ranges` (the
+  values each option takes, declared on its field), `precision` (fp32, fp16 or bf16 for
+  a run), `method` (full, LoRA, 8-bit, 4-bit)
 - `paths` (output folders checked before the work, never over an input; storage
   failures told as such), `folder_lock` (one command per output folder)
 - text: `scoring` (normalisers, WER/CER/MER), `codeswitch` (language tokens),

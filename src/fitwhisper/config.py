@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fitwhisper.eval_config import EvalConfig
+from fitwhisper.option_ranges import COUNT_OR_ALL, FRACTION, PROCESSES, SEED, SHARE, WHISPER_TOKENS
 
 __all__ = ["DataConfig", "EvalConfig", "ModelConfig", "TrainConfig"]
 
@@ -55,28 +56,39 @@ class DataConfig:
     rehearsal_manifest: str | None = field(
         default=None,
         metadata={
+            "path": "any",
             "help": "Rehearsal data against forgetting (e.g. English speech when fine-tuning "
             "on Mandarin): --rehearsal_share of the training stream is drawn from it; its rows "
-            "keep their own language column."
+            "keep their own language column.",
         },
     )
     rehearsal_share: float = field(
         default=0.1,
         metadata={
+            "above": 0,
+            "below": 1,
             "help": "Fraction of training rows drawn from --rehearsal_manifest (0.1: one in "
-            "ten), sampled with the run's seed, with repetition if it is small."
+            "ten), sampled with the run's seed, with repetition if it is small.",
         },
     )
     min_audio_len: float = field(
-        default=0.1, metadata={"help": "Shortest usable clip, in seconds."}
+        default=0.1, metadata={"min": 0, "help": "Shortest usable clip, in seconds."}
     )
     max_audio_len: float = field(
         default=30.0,
-        metadata={"help": "Longest usable clip, in seconds (Whisper's window is 30 s)."},
+        metadata={
+            "above": 0,
+            "max": 30,
+            "why": "Whisper's window is 30 s",
+            "help": "Longest usable clip, in seconds (Whisper's window is 30 s).",
+        },
     )
     max_label_tokens: int = field(
         default=WHISPER_MAX_LABEL_TOKENS,
-        metadata={"help": "Longest transcript in tokens, special tokens included (limit 448)."},
+        metadata={
+            **WHISPER_TOKENS,
+            "help": "Longest transcript in tokens, special tokens included (limit 448).",
+        },
     )
     bad_rows: Literal["error", "skip"] = field(
         default="error",
@@ -86,10 +98,12 @@ class DataConfig:
         },
     )
     max_train_samples: int | None = field(
-        default=None, metadata={"help": "Use at most this many training rows (for quick runs)."}
+        default=None,
+        metadata={**COUNT_OR_ALL, "help": "Use at most this many training rows (for quick runs)."},
     )
     max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Use at most this many evaluation rows."}
+        default=None,
+        metadata={**COUNT_OR_ALL, "help": "Use at most this many evaluation rows."},
     )
 
     def manifest_columns(self) -> dict[str, str | None]:
@@ -108,6 +122,7 @@ class ModelConfig:
     model: str = field(
         default="openai/whisper-small",
         metadata={
+            "path": "model",
             "help": "Hub id (openai/whisper-small, MediaTek-Research/Breeze-ASR-25), a local "
             "transformers or CTranslate2 folder, or offline/tiny.en, offline/base.",
             "aliases": ["--model_name_or_path", "--base_model"],  # the user's scripts' names
@@ -142,7 +157,10 @@ class ModelConfig:
     )
     cache_dir: str | None = field(
         default=None,
-        metadata={"help": "Where Hub downloads go (default: the Hugging Face cache)."},
+        metadata={
+            "path": "new_folder",
+            "help": "Where Hub downloads go (default: the Hugging Face cache).",
+        },
     )
     use_lora: bool = field(
         default=False,
@@ -155,16 +173,21 @@ class ModelConfig:
     )
     lora_r: int = field(
         default=16,
-        metadata={"help": "LoRA rank: the size of each adapter's low-rank update (4-64)."},
+        metadata={
+            "min": 1,
+            "help": "LoRA rank: the size of each adapter's low-rank update (4-64).",
+        },
     )
     lora_alpha: int = field(
         default=32,
         metadata={
-            "help": "LoRA scale: updates are multiplied by lora_alpha / lora_r (often 2 x r)."
+            "min": 1,
+            "help": "LoRA scale: updates are multiplied by lora_alpha / lora_r (often 2 x r).",
         },
     )
     lora_dropout: float = field(
-        default=0.05, metadata={"help": "Dropout on the adapters' input (0.05-0.1)."}
+        default=0.05,
+        metadata={**SHARE, "help": "Dropout on the adapters' input (0.05-0.1)."},
     )
     lora_target_modules: list[str] = field(
         default_factory=lambda: list(LORA_TARGETS_DEFAULT),
@@ -215,10 +238,13 @@ class ModelConfig:
 class TrainConfig:
     """How to train; names follow Seq2SeqTrainingArguments."""
 
-    output_dir: str = field(default="runs/fitwhisper", metadata={"help": "The run folder."})
+    output_dir: str = field(
+        default="runs/fitwhisper", metadata={"path": "new_folder", "help": "The run folder."}
+    )
     train_manifest: str | None = field(
         default=None,
         metadata={
+            "path": "any",
             "help": "Training manifest (JSON, JSONL, CSV/TSV, audiofolder).",
             "aliases": ["--train_file"],
         },
@@ -226,6 +252,7 @@ class TrainConfig:
     eval_manifest: str | None = field(
         default=None,
         metadata={
+            "path": "any",
             "help": "Held-out manifest scored by generation (WER/CER).",
             "aliases": ["--validation_file"],
         },
@@ -233,9 +260,10 @@ class TrainConfig:
     regression_manifest: str | None = field(
         default=None,
         metadata={
+            "path": "any",
             "help": "Forgetting guard: any manifest (e.g. English speech when fine-tuning on "
             "Mandarin), scored by generation before and after training, in its own language "
-            "and metric; side by side in RUN/eval/regression.json."
+            "and metric; side by side in RUN/eval/regression.json.",
         },
     )
     push_to_hub: bool = field(
@@ -259,18 +287,19 @@ class TrainConfig:
         },
     )
     per_device_train_batch_size: int = field(
-        default=8, metadata={"help": "Clips per device per forward pass when training."}
+        default=8, metadata={"min": 1, "help": "Clips per device per forward pass when training."}
     )
     per_device_eval_batch_size: int = field(
-        default=8, metadata={"help": "Clips per device per generate call when evaluating."}
+        default=8,
+        metadata={"min": 1, "help": "Clips per device per generate call when evaluating."},
     )
     gradient_accumulation_steps: int = field(
         default=1,
-        metadata={"help": "Forward passes per optimizer step: effective batch = "
+        metadata={"min": 1, "help": "Forward passes per optimizer step: effective batch = "
                   "per-device batch x accumulation x processes."},
     )  # fmt: skip
-    learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate."})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    learning_rate: float = field(default=1e-5, metadata={"above": 0, "help": "Peak learning rate."})
+    weight_decay: float = field(default=0.0, metadata={"min": 0, "help": "AdamW weight decay."})
     optim: Literal["adamw_torch", "adamw_8bit", "adafactor"] = field(
         default="adamw_torch",
         metadata={
@@ -279,33 +308,46 @@ class TrainConfig:
             "factored second moments, the least memory."
         },
     )
-    warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    warmup_steps: int = field(default=0, metadata={"min": 0, "help": "Linear warm-up steps."})
     warmup_ratio: float = field(
         default=0.0,
         metadata={
-            "help": "Warm-up as a fraction of all steps (0.1: a tenth); instead of warmup_steps."
+            **SHARE,
+            "help": "Warm-up as a fraction of all steps (0.1: a tenth); instead of warmup_steps.",
         },
     )
     lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = field(
         default="linear", metadata={"help": "Learning-rate schedule after warm-up."}
     )
     max_steps: int = field(
-        default=-1, metadata={"help": "Stop after this many optimizer steps (-1: use epochs)."}
+        default=-1,
+        metadata={
+            "min": 1,
+            "also": {-1: "to train by epochs"},
+            "help": "Stop after this many optimizer steps (-1: use epochs).",
+        },
     )
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the data."})
-    logging_steps: int = field(default=10, metadata={"help": "Log loss every N steps."})
+    num_train_epochs: float = field(
+        default=3.0, metadata={"min": 0, "help": "Passes over the data."}
+    )
+    logging_steps: int = field(default=10, metadata={"min": 1, "help": "Log loss every N steps."})
     eval_strategy: Literal["no", "steps", "epoch"] = field(
         default="no", metadata={"help": "When to score the eval manifest during training."}
     )
-    eval_steps: int | None = field(default=None, metadata={"help": "Steps between evaluations."})
+    eval_steps: int | None = field(
+        default=None, metadata={"min": 1, "help": "Steps between evaluations."}
+    )
     save_strategy: Literal["no", "steps", "epoch"] = field(
         default="no", metadata={"help": "When to write checkpoints."}
     )
-    save_steps: int = field(default=500, metadata={"help": "Steps between checkpoints."})
+    save_steps: int = field(default=500, metadata={"min": 1, "help": "Steps between checkpoints."})
     save_total_limit: int | None = field(
-        default=2, metadata={"help": "Keep at most this many checkpoints."}
+        default=2, metadata={"min": 1, "help": "Keep at most this many checkpoints."}
     )
-    seed: int = field(default=42, metadata={"help": "Random seed for model, data order, dropout."})
+    seed: int = field(
+        default=42,
+        metadata={**SEED, "help": "Random seed for model, data order, dropout."},
+    )
     fp16: bool | None = field(
         default=None,
         metadata={"help": "fp16 mixed precision (CUDA only). Unset (auto): bf16 where the GPU "
@@ -321,17 +363,26 @@ class TrainConfig:
         default=False, metadata={"help": "Recompute activations in backward to save memory."}
     )
     dataloader_num_workers: int = field(
-        default=0, metadata={"help": "Processes decoding audio while the model trains."}
+        default=0,
+        metadata={**PROCESSES, "help": "Processes decoding audio while the model trains."},
     )
     report_to: Literal["tensorboard", "wandb", "none"] = field(
         default="tensorboard", metadata={"help": "Where training curves go."}
     )
     generation_max_length: int = field(
-        default=225, metadata={"help": "Longest transcript generated when scoring, in tokens."}
+        default=225,
+        metadata={
+            **WHISPER_TOKENS,
+            "help": "Longest transcript generated when scoring, in tokens.",
+        },
     )
     logging_dir: str | None = field(
         default=None,
-        metadata={"help": "TensorBoard folder; none means RUN/logs.", "aliases": ["--logdir"]},
+        metadata={
+            "path": "new_folder",
+            "help": "TensorBoard folder; none means RUN/logs.",
+            "aliases": ["--logdir"],
+        },
     )
     use_wandb: bool = field(
         default=False, metadata={"help": "Same as --report_to wandb (the user's scripts' name)."}
@@ -356,16 +407,19 @@ class TrainConfig:
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
+            "min": 1,
             "help": "Stop after this many evaluations without improvement of "
-            "metric_for_best_model; needs eval and --load_best_model_at_end."
+            "metric_for_best_model; needs eval and --load_best_model_at_end.",
         },
     )
     early_stopping_threshold: float = field(
-        default=0.0, metadata={"help": "Smallest change of the metric that counts as improvement."}
+        default=0.0,
+        metadata={"min": 0, "help": "Smallest change of the metric that counts as improvement."},
     )
     resume: str | None = field(
         default=None,
         metadata={
+            "path": "folder",
             "help": "Continue a stopped run: bare --resume takes the newest complete checkpoint "
             "in output_dir, --resume PATH a named one. Optimizer, scheduler, RNG and data "
             "position are restored.",
@@ -408,9 +462,10 @@ class TrainConfig:
     plan: str | None = field(
         default=None,
         metadata={
+            "path": "file",
             "help": "A plan.json written by `fitwhisper plan --output`: its batch, "
             "accumulation, checkpointing, optimizer, precision and method are used; a flag "
-            "or config-file value that contradicts it is an error."
+            "or config-file value that contradicts it is an error.",
         },
     )
     pack_clips: bool = field(
@@ -428,18 +483,20 @@ class TrainConfig:
     packed_timestamp_fraction: float = field(
         default=1.0,
         metadata={
+            **FRACTION,
             "help": "With --pack_clips: the share of windows of several clips labelled with "
             "timestamp tokens; the others are plain text after <|notimestamps|> (windows of "
-            "one clip always are)."
+            "one clip always are).",
         },
     )
     packed_single_clip_share: float = field(
         default=0.4,
         metadata={
+            **SHARE,
             "help": "With --pack_clips: the share of windows (evenly spread) that hold one "
             "clip, labelled as plain text, so the model keeps seeing a short clip followed "
             "by silence and learns to stop there (0: pack every window; that ran away "
-            "repeating words on short clips)."
+            "repeating words on short clips).",
         },
     )
     group_by_duration: bool = field(
@@ -467,13 +524,15 @@ class TrainConfig:
     full_window_share: float = field(
         default=0.05,
         metadata={
+            **FRACTION,
             "help": "--encoder_input mixed: the share of batches padded to 30 s (chosen by "
-            "each batch's contents: a resumed run chooses the same)."
+            "each batch's contents: a resumed run chooses the same).",
         },
     )
     packed_window_share: float = field(
         default=0.03,
         metadata={
+            **SHARE,
             "help": "--encoder_input mixed: the share of training items made 30 s windows of "
             "several consecutive clips labelled with timestamps, as long audio reaches the "
             "model (none below 34 training clips). With single clips alone, small English "
@@ -481,7 +540,7 @@ class TrainConfig:
             "0.03 gave 0-1.6%). Cost: the batches that hold a window run at 30 s: 0.55x "
             "the speed of single clips alone on 80 Mandarin sentences, 0.88x on 400 English "
             "strings; with thousands of clips about as many encoder frames as without. "
-            "0: every clip alone."
+            "0: every clip alone.",
         },
     )
     # The earlier spelling of --encoder_input trimmed.

@@ -94,7 +94,7 @@ class EvalConfig:
             "script-specific characters)."
         },
     )
-    batch_size: int = field(default=8, metadata={"help": "Clips per generate call."})
+    batch_size: int = field(default=8, metadata={"min": 1, "help": "Clips per generate call."})
     encoder_window: Literal["auto", "full", "short"] = field(
         default="auto",
         metadata={
@@ -104,8 +104,15 @@ class EvalConfig:
         },
     )
     generation_max_length: int = field(
-        default=225, metadata={"help": "Longest transcript, in tokens."}
+        default=225,
+        metadata={
+            "min": 1,
+            "max": 448,
+            "why": "Whisper's decoder holds 448 tokens",
+            "help": "Longest transcript, in tokens.",
+        },
     )
     max_samples: int | None = field(
-        default=None, metadata={"help": "Score only the first N usable rows."}
+        default=None,
+        metadata={"min": 1, "none": "all", "help": "Score only the first N usable rows."},
     )

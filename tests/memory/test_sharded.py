@@ -226,7 +226,7 @@ def test_acceptance_plan_prints_the_per_gpu_breakdown_offline(monkeypatch, tmp_p
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--num_gpus", "0"], "--num_gpus 0 --num_nodes 1: both count"),
+        (["--num_gpus", "0"], "--num_gpus must be at least 1, got 0"),
         (["--num_gpus", "2", "--num_nodes", "-1"], "must be at least 1"),
         (["--deepspeed", "zero3"], "with 1 GPU in all there is nothing to shard over"),
         (["--num_gpus", "2", "--deepspeed", "zero2", "--use_4bit"], "8-bit/4-bit"),

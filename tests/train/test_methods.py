@@ -197,10 +197,10 @@ def test_every_method_conflict_is_reported_at_once_before_loading(
     assert lines == [
         "  - --fp16 needs a CUDA GPU and none is visible (fp16 mixed precision is CUDA-only); "
         "use --bf16 or leave both unset to train in fp32 on CPU",
-        "  - --use_8bit and --use_4bit are both set; pick one",
         "  - --lora_r must be at least 1, got 0",
-        "  - --lora_alpha must be positive, got 0",
+        "  - --lora_alpha must be at least 1, got 0",
         "  - --lora_dropout must be in [0, 1), got 1.5",
+        "  - --use_8bit and --use_4bit are both set; pick one",
         "  - --lora_target_modules has unknown layers query; Whisper's are "
         "q_proj,k_proj,v_proj,out_proj,fc1,fc2",
         f"  - --use_4bit needs bitsandbytes, which is not installed: {hint}",
@@ -224,8 +224,10 @@ def test_quantised_options_pass_where_cuda_and_bitsandbytes_exist(
     fp16_compute = ModelConfig(use_4bit=True, bnb_4bit_compute_dtype="float16")
     with pytest.raises(ConfigError, match="--bf16 with --bnb_4bit_compute_dtype float16"):
         validate(fp16_compute, DataConfig(), train_cfg)
-    # LoRA values are not checked when no LoRA runs.
-    validate(ModelConfig(lora_r=0), DataConfig(), TrainConfig(train_manifest="t.jsonl"))
+    # LoRA values are checked whether or not LoRA runs: each number is checked against its
+    # field's declared range alone (fitwhisper.option_ranges), so --lora_r 0 is never taken.
+    with pytest.raises(ConfigError, match="--lora_r must be at least 1, got 0"):
+        validate(ModelConfig(lora_r=0), DataConfig(), TrainConfig(train_manifest="t.jsonl"))
 
 
 def test_quantised_options_pass_on_cpu_with_a_recent_bitsandbytes(

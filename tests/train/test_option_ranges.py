@@ -35,14 +35,14 @@ def test_out_of_range_numbers_are_all_reported_at_once(tmp_path: Path) -> None:
         "--learning_rate must be a positive number, got -1e-05",
         "--weight_decay must be 0 or more, got -0.1",
         "--max_steps must be at least 1, or -1 to train by epochs, got 0",
-        "--num_train_epochs must be a positive number, got -2.0",
+        "--num_train_epochs must be 0 or more, got -2.0",
         "--logging_steps must be at least 1, got 0",
         "--save_steps must be at least 1, got 0",
         "--eval_steps must be at least 1, got 0",
         "--save_total_limit must be at least 1, got 0",
-        "--dataloader_num_workers must be 0 or more, got -1",
+        "--dataloader_num_workers must be in [0, 1024] (a count of processes or threads), got -1",
         "--min_audio_len must be 0 or more, got -1.0",
-        "--max_label_tokens must be at least 1, got 0",
+        "--max_label_tokens must be in [1, 448] (Whisper's decoder holds 448 tokens), got 0",
         "--max_train_samples must be at least 1 (or none for all), got 0",
     ):
         assert expected in msg

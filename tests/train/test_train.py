@@ -117,7 +117,7 @@ def test_conflicting_options_are_reported_together_before_loading(tmp_path: Path
         "--fp16 and --bf16",
         "needs --eval_manifest",
         "--per_device_train_batch_size must be at least 1",
-        "--max_audio_len above 30 s",
+        "--max_audio_len must be in (0, 30] (Whisper's window is 30 s), got 40",
     ):
         assert expected in msg
     assert not (tmp_path / "run").exists()

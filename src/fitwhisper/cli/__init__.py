@@ -47,7 +47,7 @@ class CommonOptions:
     """Output options every command takes."""
 
     verbose: int = field(
-        default=0, metadata={"help": "More log output (-vv: debug).", "aliases": ["-v"],
+        default=0, metadata={"min": 0, "help": "More log output (-vv: debug).", "aliases": ["-v"],
                              "count": True}
     )  # fmt: skip
     quiet: bool = field(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.config import DataConfig
+from fitwhisper.option_ranges import COUNT_OR_ALL
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +20,7 @@ class CheckDataOptions:
     manifest: str = field(
         default="",
         metadata={
+            "path": "any",
             "help": "A .json list, .jsonl, .csv/.tsv, an audiofolder or a save_to_disk folder.",
             "positional": True,
         },
@@ -26,19 +28,23 @@ class CheckDataOptions:
     model: str | None = field(
         default=None,
         metadata={
+            "path": "model",
             "help": "Model whose tokenizer measures transcripts against --max_label_tokens (a "
-            "hub id, folder, or offline/tiny.en). Without it, token lengths are not checked."
+            "hub id, folder, or offline/tiny.en). Without it, token lengths are not checked.",
         },
     )
     report: str | None = field(
         default=None,
         metadata={
+            "path": "new_file",
             "help": "Write one line per row (problems, duration, sample rate, channels) to FILE "
             "(.jsonl or .csv).",
             "metavar": "FILE",
         },
     )
-    limit: int | None = field(default=None, metadata={"help": "Check only the first N rows."})
+    limit: int | None = field(
+        default=None, metadata={**COUNT_OR_ALL, "help": "Check only the first N rows."}
+    )
 
 
 # Column names and limits: DataConfig's fields, the same text `train --help` shows.
@@ -64,8 +70,10 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.data.check import check_manifest
     from fitwhisper.data.manifest import load_manifest, select
+    from fitwhisper.paths import refuse_overlap
 
     opts, data_cfg = build_config(CheckDataOptions, args), build_config(DataConfig, args)
+    refuse_overlap({"--report": opts.report}, {"MANIFEST": opts.manifest, "--model": opts.model})
     manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns())
     if opts.limit is not None:
         manifest.rows = select(manifest.rows, opts.limit)

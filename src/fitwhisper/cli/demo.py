@@ -6,15 +6,18 @@ import argparse
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.option_ranges import SEED
 
 
 @dataclass(frozen=True)
 class DemoOptions:
     """Where the demo writes, and how it trains."""
 
-    output_dir: str = field(default="demo-run", metadata={"help": "Where everything goes."})
+    output_dir: str = field(
+        default="demo-run", metadata={"path": "new_folder", "help": "Where everything goes."}
+    )
     num_train_epochs: float = field(
-        default=2.0, metadata={"help": "Passes over the training clips."}
+        default=2.0, metadata={"above": 0, "help": "Passes over the training clips."}
     )
     freeze_encoder: bool = field(
         default=False,
@@ -23,8 +26,14 @@ class DemoOptions:
             "the short window the default trains on): about 3.5x slower per step on a CPU."
         },
     )
-    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate."})
-    seed: int = field(default=0, metadata={"help": "Seed for the data and the training."})
+    learning_rate: float = field(default=1e-4, metadata={"above": 0, "help": "Peak learning rate."})
+    seed: int = field(
+        default=0,
+        metadata={
+            **SEED,
+            "help": "Seed for the data and the training.",
+        },
+    )
 
 
 OPTIONS = (Options(DemoOptions),)

@@ -16,6 +16,7 @@ class EvaluateCommand:
     model: str = field(
         default="",
         metadata={
+            "path": "model",
             "help": "Hub id, local transformers or CTranslate2 folder, run folder (its "
             "final/), a run's checkpoint-N/, or an offline name (offline/tiny.en, "
             "offline/base).",
@@ -25,6 +26,7 @@ class EvaluateCommand:
     manifest: str = field(
         default="",
         metadata={
+            "path": "any",
             "help": "Manifest to score (JSON, JSONL, CSV/TSV, audiofolder).",
             "positional": True,
         },
@@ -32,6 +34,7 @@ class EvaluateCommand:
     compare: str | None = field(
         default=None,
         metadata={
+            "path": "model",
             "help": "Score this model too, on the same clips with the same metric and "
             "normaliser, and print both side by side with the difference (MODEL minus "
             "OTHER_MODEL).",
@@ -41,10 +44,11 @@ class EvaluateCommand:
     output_dir: str | None = field(
         default=None,
         metadata={
+            "path": "new_folder",
             "help": "Write predictions.jsonl (per clip: texts as written and normalised, "
             "substitutions, deletions, insertions) and metrics.json here; with --compare, each "
             "model's in OUTPUT_DIR/<model>/ plus comparison.json and comparison.jsonl (per "
-            "clip)."
+            "clip).",
         },
     )
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.models.ct2_export import Quantization
+from fitwhisper.option_ranges import COUNT_OR_ALL
 from fitwhisper.scoring import OPENCC_CONFIGS
 
 # OpenCC's tables as a Literal, so the flag's choices come from the field's type.
@@ -22,10 +23,16 @@ class ExportArgs:
     """What to export, where to, and what to re-score it on."""
 
     model: str = field(
-        metadata={"help": "Model spec, as for evaluate.", "positional": True, "metavar": "MODEL"}
+        metadata={
+            "path": "model",
+            "help": "Model spec, as for evaluate.",
+            "positional": True,
+            "metavar": "MODEL",
+        }
     )
     out: str = field(
         metadata={
+            "path": "new_folder",
             "help": "Folder to write to: the model itself for one --format, a folder per "
             "format (OUT/ct2, OUT/ggml, ...) for several; README.md (the model card) and, "
             "with --manifest, export_report.json go here.",
@@ -60,9 +67,10 @@ class ExportArgs:
     manifest: str | None = field(
         default=None,
         metadata={
+            "path": "any",
             "help": "Re-score: the source and each export, in its own engine, transcribe "
             "these rows and a long file made of them (with timestamps); table printed and "
-            "written to OUT/export_report.json and the model card."
+            "written to OUT/export_report.json and the model card.",
         },
     )
     language: str | None = field(
@@ -70,7 +78,8 @@ class ExportArgs:
         metadata={"help": "Language of the manifest's speech, e.g. zh.", "metavar": "LANG"},
     )
     max_samples: int | None = field(
-        default=None, metadata={"help": "Score only the first N rows.", "metavar": "N"}
+        default=None,
+        metadata={**COUNT_OR_ALL, "help": "Score only the first N rows.", "metavar": "N"},
     )
     opencc: OpenCCConfig | None = field(
         default=None,
@@ -79,7 +88,9 @@ class ExportArgs:
             "metavar": "CONFIG",
         },
     )
-    batch_size: int = field(default=8, metadata={"help": "Clips per batch when re-scoring."})
+    batch_size: int = field(
+        default=8, metadata={"min": 1, "help": "Clips per batch when re-scoring."}
+    )
     force: bool = field(
         default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
     )
@@ -123,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
 
     a = build_config(ExportArgs, args)
     formats = check_formats(a.format)
-    refuse_overlap({"OUT": a.out}, {"--manifest": a.manifest})
+    # As given, before anything resolves; export_formats checks the resolved model again
+    # (a run folder's final/, a LoRA adapter's base).
+    refuse_overlap({"OUT": a.out}, {"MODEL": a.model, "--manifest": a.manifest})
     model = resolve_model(a.model)
     written = export_formats(model, a.out, formats, quantization=a.quantization,
                              ggml_dtype=a.ggml_dtype, overwrite=a.force)  # fmt: skip

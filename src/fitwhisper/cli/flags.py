@@ -16,6 +16,9 @@ Field metadata understood here (all optional):
     switch      a bool flag that takes no value (`--json`, not `--json true`): safe before
                 positional arguments
     metavar     the placeholder shown in help
+    min, max, above, below, also, none, why, unbounded, path
+                the values the option takes, checked by `build_config`
+                (see `fitwhisper.option_ranges`)
 """
 
 from __future__ import annotations
@@ -115,13 +118,19 @@ def _add_valued(group, f, flags, common, kind, choices, optional, default, help_
         group.add_argument(
             *flags,
             action="extend",
-            type=_comma_list,
+            # A path given as the empty text is a mistake, not "none".
+            type=_comma_paths if meta.get("path") else _comma_list,
             metavar="A,B",
             help=f"{help_text} (default: {','.join(default or [])})",
             **common,
         )
         return
     shown = "none" if default is None else default
+    if kind in (int, float) and not choices:  # the values it takes, as build_config checks
+        from fitwhisper.option_ranges import BOUNDS, describe
+
+        if any(k in meta for k in BOUNDS):
+            shown = f"{shown}; {describe(meta)}"
     if "const" in meta:  # a bare flag means this value (`--resume`)
         common.update(nargs="?", const=meta["const"])
     group.add_argument(
@@ -157,12 +166,23 @@ def _to_bool(parser: argparse.ArgumentParser, text: str) -> bool:
 def build_config(
     cls: type[T], args: argparse.Namespace, file_values: dict[str, Any] | None = None
 ) -> T:
-    """An instance of `cls` from defaults, then the config file's section, then the flags."""
+    """An instance of `cls` from defaults, then the config file's section, then the flags;
+    ConfigError, before anything loads, for any value outside what its field declares
+    (`fitwhisper.option_ranges`: bounds of numbers, kinds of paths)."""
+    from fitwhisper.option_ranges import problems
+
     file_values = file_values or {}
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in file_values.items() if k in names}
     values.update({k: v for k, v in vars(args).items() if k in names})
-    return cls(**values)
+    built = cls(**values)
+    if found := problems(built):
+        raise ConfigError(
+            "; ".join(found),
+            hint=f"fix the value{'s' if len(found) > 1 else ''}; `--help` says what each "
+            "option takes",
+        )
+    return built
 
 
 def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, dict[str, Any]]:
@@ -290,6 +310,15 @@ def _parser_for(kind: type, optional: bool):
 
 def _comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _comma_paths(text: str) -> list[str]:
+    if not (items := _comma_list(text)):
+        raise ValueError("an empty path")
+    return items
+
+
+_comma_paths.__name__ = "path"  # argparse: "invalid path value: ''"
 
 
 def _default_of(f: dataclasses.Field) -> Any:

@@ -15,6 +15,7 @@ class ImportCt2Args:
 
     src: str = field(
         metadata={
+            "path": "any",
             "help": "CTranslate2 model folder (model.bin or model.bin.part1, .part2, ...), or a "
             "model.bin file.",
             "positional": True,
@@ -23,6 +24,7 @@ class ImportCt2Args:
     )
     out: str = field(
         metadata={
+            "path": "new_folder",
             "help": "Folder to write the checkpoint to.",
             "positional": True,
             "metavar": "OUT",
@@ -31,8 +33,9 @@ class ImportCt2Args:
     part: list[str] = field(
         default_factory=list,
         metadata={
+            "path": "file",
             "help": "A further part of a split model.bin; repeat in order. SRC is then the "
-            "first part."
+            "first part.",
         },
     )
     dtype: Literal["float32", "float16"] = field(
@@ -42,13 +45,18 @@ class ImportCt2Args:
     config: str | None = field(
         default=None,
         metadata={
+            "path": "file",
             "help": "CTranslate2 config.json (default: next to the model).",
             "metavar": "FILE",
         },
     )
     tokenizer: str | None = field(
         default=None,
-        metadata={"help": "tokenizer.json (default: next to the model).", "metavar": "FILE"},
+        metadata={
+            "path": "file",
+            "help": "tokenizer.json (default: next to the model).",
+            "metavar": "FILE",
+        },
     )
     force: bool = field(
         default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
@@ -75,8 +83,14 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.models.ct2_import import import_ct2
+    from fitwhisper.paths import refuse_overlap
 
     a = build_config(ImportCt2Args, args)
+    refuse_overlap(
+        {"OUT": a.out},
+        [("SRC", a.src), *(("--part", p) for p in a.part or ()),
+         ("--config", a.config), ("--tokenizer", a.tokenizer)],
+    )  # fmt: skip
     # Paths stay strings in the parser; import_ct2 takes str or Path.
     src = [a.src, *a.part] if a.part else a.src
     r = import_ct2(

@@ -14,6 +14,7 @@ class MergeArgs:
 
     adapter: str = field(
         metadata={
+            "path": "folder",
             "help": "A LoRA run's final/ folder, or the run folder itself.",
             "positional": True,
             "metavar": "ADAPTER",
@@ -21,6 +22,7 @@ class MergeArgs:
     )
     out: str = field(
         metadata={
+            "path": "new_folder",
             "help": "Folder to write the merged model to.",
             "positional": True,
             "metavar": "OUT",
@@ -51,8 +53,10 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.models.merge import merge_adapter
+    from fitwhisper.paths import refuse_overlap
 
     a = build_config(MergeArgs, args)
+    refuse_overlap({"OUT": a.out}, {"ADAPTER": a.adapter})
     r = merge_adapter(a.adapter, a.out, overwrite=a.force)
     print(f"merged {r.adapter} into its base {r.base} ({r.n_params / 1e6:.2f}M params)")
     print(f"  wrote  {r.out}  (loads with from_pretrained, or --model {r.out})")

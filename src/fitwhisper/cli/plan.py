@@ -44,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
 
     from fitwhisper.memory.predict import predict_memory
     from fitwhisper.memory.sharded import check_world, shard
+    from fitwhisper.paths import refuse_overlap
 
     opts = build_config(PlanOptions, args)
+    refuse_overlap({"--output": opts.output}, {"--model": opts.model})
     if opts.presets:
         return _presets(opts)
     check_world(opts.num_gpus, opts.num_nodes, opts.deepspeed)

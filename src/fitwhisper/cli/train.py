@@ -15,7 +15,11 @@ class ConfigFile:
 
     config: str | None = field(
         default=None,
-        metadata={"help": "YAML file of options (flags override it).", "metavar": "FILE"},
+        metadata={
+            "path": "file",
+            "help": "YAML file of options (flags override it).",
+            "metavar": "FILE",
+        },
     )
 
 

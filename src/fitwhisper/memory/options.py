@@ -13,16 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.option_ranges import PROCESSES
 
 DEFAULT_MARGIN = 0.10  # of the budget, kept free for what the prediction leaves out
 DEFAULT_EFFECTIVE_BATCH = 16  # effective batches of 8-32 are the usual Whisper recipes
 
 
 def same_as(cls: type, name: str, extra_help: str = "") -> Any:
-    """A field with the default and help of `cls`'s field `name` (one text for both
-    commands); `extra_help` is appended."""
+    """A field with the default, help and declared values of `cls`'s field `name` (one
+    text for both commands); `extra_help` is appended."""
     f = {x.name: x for x in dataclasses.fields(cls)}[name]
-    meta = {"help": f.metadata["help"] + extra_help}
+    from fitwhisper.option_ranges import VALUE_KEYS
+
+    meta = {k: v for k, v in f.metadata.items() if k in VALUE_KEYS}
+    meta["help"] = f.metadata["help"] + extra_help
     if f.default_factory is not dataclasses.MISSING:
         return field(default_factory=f.default_factory, metadata=meta)
     return field(default=f.default, metadata=meta)
@@ -76,6 +80,8 @@ class PlanOptions:
     num_gpus: int = field(
         default=1,
         metadata={
+            **PROCESSES,
+            "min": 1,
             "help": "GPUs per node of a data-parallel run (torchrun --nproc_per_node); above "
             "1 (in all), the plan is per GPU.",
             "metavar": "N",
@@ -83,7 +89,11 @@ class PlanOptions:
     )
     num_nodes: int = field(
         default=1,
-        metadata={"help": "Machines of the run, each with --num_gpus GPUs.", "metavar": "M"},
+        metadata={
+            "min": 1,
+            "help": "Machines of the run, each with --num_gpus GPUs.",
+            "metavar": "M",
+        },
     )
     deepspeed: Literal["zero2", "zero3", "zero3_offload"] | None = field(
         default=None,
@@ -118,13 +128,16 @@ class PlanOptions:
     effective_batch_size: int = field(
         default=DEFAULT_EFFECTIVE_BATCH,
         metadata={
+            "min": 1,
             "help": "Clips per optimizer step to keep: per-device batch x accumulation.",
         },
     )
     margin: float = field(
         default=DEFAULT_MARGIN,
         metadata={
-            "help": "Fraction of the GPU's memory kept free for what the prediction leaves out."
+            "min": 0,
+            "below": 1,
+            "help": "Fraction of the GPU's memory kept free for what the prediction leaves out.",
         },
     )
     allow_methods: str | None = field(
@@ -139,6 +152,7 @@ class PlanOptions:
     output: str | None = field(
         default=None,
         metadata={
+            "path": "new_file",
             "help": "Write the recommendation as JSON (plan.json) for `fitwhisper train "
             "--plan FILE`.",
             "metavar": "FILE",
@@ -155,13 +169,18 @@ class PlanOptions:
     readme: str | None = field(
         default=None,
         metadata={
+            "path": "file",
             "help": "With --presets: the file (README.md) whose presets table is rewritten.",
             "metavar": "FILE",
         },
     )
     workers: int | None = field(
         default=None,
-        metadata={"help": "With --presets: parallel processes (none: CPUs, at most 4)."},
+        metadata={
+            "min": 1,
+            "none": "the CPUs, at most 4",
+            "help": "With --presets: parallel processes (none: CPUs, at most 4).",
+        },
     )
 
 

@@ -129,8 +129,6 @@ def option_problems(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: Tra
     from fitwhisper.errors import ConfigError
 
     problems = []
-    if not 0 < data_cfg.rehearsal_share < 1:
-        problems.append(f"--rehearsal_share must be in (0, 1), got {data_cfg.rehearsal_share}")
     for flag, path in (("--rehearsal_manifest", data_cfg.rehearsal_manifest),
                        ("--regression_manifest", train_cfg.regression_manifest)):  # fmt: skip
         if path and not Path(path).exists():

@@ -7,11 +7,11 @@ do, so a user fixes them all in one go.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.option_ranges import problems as value_problems
 from fitwhisper.precision import Precision, problems_here, run_precision
 
 
@@ -44,21 +44,13 @@ def validate(
         problems.append(f"--eval_strategy {train_cfg.eval_strategy} needs --eval_manifest")
     if train_cfg.eval_strategy == "steps" and not train_cfg.eval_steps:
         problems.append("--eval_strategy steps needs --eval_steps")
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size",
-                 "gradient_accumulation_steps", "generation_max_length"):  # fmt: skip
-        if getattr(train_cfg, name) < 1:
-            problems.append(f"--{name} must be at least 1, got {getattr(train_cfg, name)}")
+    # Each value against what its field declares (fitwhisper.option_ranges): the command
+    # line checked them as it built the options; callers of the Python API get them here.
+    problems += [p for cfg in (model_cfg, data_cfg, train_cfg) for p in value_problems(cfg)]
     if train_cfg.max_steps == -1 and train_cfg.num_train_epochs == 0:
         problems.append("set --max_steps or a positive --num_train_epochs")
     if data_cfg.min_audio_len >= data_cfg.max_audio_len:
         problems.append("--min_audio_len must be below --max_audio_len")
-    if data_cfg.max_audio_len > 30:
-        problems.append("--max_audio_len above 30 s: Whisper's window is 30 s")
-    if not 0 <= (fraction := train_cfg.packed_timestamp_fraction) <= 1:
-        problems.append(f"--packed_timestamp_fraction must be in [0, 1], got {fraction}")
-    if not 0 <= (share := train_cfg.packed_single_clip_share) < 1:
-        problems.append(f"--packed_single_clip_share must be in [0, 1), got {share}")
-    problems += _range_problems(data_cfg, train_cfg)
     problems += _encoder_input_problems(train_cfg)
     problems += _schedule_problems(train_cfg)
     problems += _best_model_problems(model_cfg, train_cfg)
@@ -83,42 +75,6 @@ def _encoder_input_problems(cfg: TrainConfig) -> list[str]:
             f"--short_encoder_input is the earlier spelling of --encoder_input trimmed; with "
             f"--encoder_input {cfg.encoder_input} use one of them"
         )
-    if not 0 <= (share := cfg.full_window_share) <= 1:
-        problems.append(f"--full_window_share must be in [0, 1], got {share}")
-    if not 0 <= (share := cfg.packed_window_share) < 1:
-        problems.append(f"--packed_window_share must be in [0, 1), got {share}")
-    return problems
-
-
-def _range_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
-    """Numbers out of their range, each on its own (Trainer would accept some of them and
-    do something else than the plan printed: --max_steps 0 trains by epochs)."""
-    problems = []
-    # `not x > 0` rather than `x <= 0`: a NaN (`--learning_rate nan`) is out of range too.
-    if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):
-        problems.append(f"--learning_rate must be a positive number, got {cfg.learning_rate}")
-    if not cfg.weight_decay >= 0:
-        problems.append(f"--weight_decay must be 0 or more, got {cfg.weight_decay}")
-    if cfg.max_steps != -1 and cfg.max_steps < 1:
-        problems.append(f"--max_steps must be at least 1, or -1 to train by epochs, got "
-                        f"{cfg.max_steps}")  # fmt: skip
-    if not cfg.num_train_epochs >= 0 or math.isinf(cfg.num_train_epochs):
-        problems.append(f"--num_train_epochs must be a positive number, got "
-                        f"{cfg.num_train_epochs}")  # fmt: skip
-    for name in ("logging_steps", "save_steps", "eval_steps", "save_total_limit"):
-        value = getattr(cfg, name)
-        if value is not None and value < 1:
-            problems.append(f"--{name} must be at least 1, got {value}")
-    for name in ("dataloader_num_workers", "early_stopping_threshold"):
-        if not getattr(cfg, name) >= 0:
-            problems.append(f"--{name} must be 0 or more, got {getattr(cfg, name)}")
-    if not data_cfg.min_audio_len >= 0:
-        problems.append(f"--min_audio_len must be 0 or more, got {data_cfg.min_audio_len}")
-    if data_cfg.max_label_tokens < 1:
-        problems.append(f"--max_label_tokens must be at least 1, got {data_cfg.max_label_tokens}")
-    for name in ("max_train_samples", "max_eval_samples"):
-        if (value := getattr(data_cfg, name)) is not None and value < 1:
-            problems.append(f"--{name} must be at least 1 (or none for all), got {value}")
     return problems
 
 
@@ -139,10 +95,6 @@ def _manifest_kind_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]
 
 def _schedule_problems(cfg: TrainConfig) -> list[str]:
     problems = []
-    if not 0 <= cfg.warmup_ratio < 1:
-        problems.append(f"--warmup_ratio must be in [0, 1), got {cfg.warmup_ratio}")
-    if cfg.warmup_steps < 0:
-        problems.append(f"--warmup_steps must be 0 or more, got {cfg.warmup_steps}")
     if cfg.warmup_steps > 0 and cfg.warmup_ratio > 0:
         problems.append("--warmup_steps and --warmup_ratio are both set; pick one")
     return problems
@@ -172,10 +124,6 @@ def _best_model_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
                 f"(now {cfg.save_steps} and {cfg.eval_steps})"
             )
     if cfg.early_stopping_patience is not None:
-        if cfg.early_stopping_patience < 1:
-            problems.append(
-                f"--early_stopping_patience must be at least 1, got {cfg.early_stopping_patience}"
-            )
         if cfg.eval_strategy == "no":
             problems.append("--early_stopping_patience needs --eval_strategy steps or epoch")
         if not cfg.load_best_model_at_end:
@@ -216,6 +164,8 @@ def _output_dir_problems(cfg: TrainConfig) -> list[str]:
     from fitwhisper.paths import folder_problem
     from fitwhisper.train.checkpoints import checkpoints, is_complete
 
+    if not cfg.output_dir.strip():
+        return []  # an empty path: named by its field's check (option_ranges)
     if (unusable := folder_problem(cfg.output_dir, "--output_dir")) is not None:
         return [unusable]
     problems = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fitwhisper.option_ranges import PROCESSES, WHISPER_TOKENS
 from fitwhisper.scoring import OPENCC_CONFIGS
 from fitwhisper.transcribe.formats import FORMATS
 
@@ -33,7 +34,9 @@ class TranscribeOptions:
         default="transcribe",
         metadata={"help": "transcribe, or translate into English."},
     )
-    beam_size: int = field(default=1, metadata={"help": "1: greedy.", "aliases": ["--beam-size"]})
+    beam_size: int = field(
+        default=1, metadata={"min": 1, "help": "1: greedy.", "aliases": ["--beam-size"]}
+    )
     timestamps: Timestamps = field(
         default="segment",
         metadata={
@@ -67,27 +70,39 @@ class TranscribeOptions:
     compression_ratio_threshold: float | None = field(
         default=None,
         metadata={
+            "above": 0,
             "help": "Re-decode a window that repeats itself; none: 2.4 (text gzip ratio, ct2) "
-            "or 1.35 (token zlib ratio, transformers)."
+            "or 1.35 (token zlib ratio, transformers).",
         },
     )
     logprob_threshold: float | None = field(
         default=-1.0,
-        metadata={"help": "Re-decode a window whose average token log-probability is below this."},
+        metadata={
+            "max": 0,
+            "why": "a log-probability",
+            "help": "Re-decode a window whose average token log-probability is below this.",
+        },
     )
     no_speech_threshold: float | None = field(
         default=0.6,
         metadata={
+            "min": 0,
+            "max": 1,
+            "why": "a probability",
             "help": "Skip a window whose no-speech probability is above this and whose average "
-            "log-probability is below --logprob_threshold (silence, music)."
+            "log-probability is below --logprob_threshold (silence, music).",
         },
     )
     batch_size: int = field(
-        default=8, metadata={"help": "Files or chunks per batch.", "aliases": ["--batch-size"]}
+        default=8,
+        metadata={"min": 1, "help": "Files or chunks per batch.", "aliases": ["--batch-size"]},
     )
     max_new_tokens: int | None = field(
         default=None,
-        metadata={"help": "Most tokens written per 30 s window; none: the model's limit, 448."},
+        metadata={
+            **WHISPER_TOKENS,
+            "help": "Most tokens written per 30 s window; none: the model's limit, 448.",
+        },
     )
     mode: Mode = field(
         default="auto",
@@ -134,7 +149,9 @@ class TranscribeOptions:
             "metavar": "TYPE",
         },
     )
-    threads: int = field(default=0, metadata={"help": "CPU threads (0: library default)."})
+    threads: int = field(
+        default=0, metadata={**PROCESSES, "help": "CPU threads (0: library default)."}
+    )
     output_script: str | None = field(
         default=None,
         metadata={
@@ -155,11 +172,17 @@ class TranscribeJob:
     """What to transcribe, with which model and engine, and where the text goes."""
 
     model: str = field(
-        metadata={"help": "Model spec, as for evaluate.", "required": True, "metavar": "MODEL"}
+        metadata={
+            "path": "model",
+            "help": "Model spec, as for evaluate.",
+            "required": True,
+            "metavar": "MODEL",
+        }
     )
     audio: list[str] = field(
         default_factory=list,
         metadata={
+            "path": "any",
             "help": "Audio files or folders.",
             "positional": True,
             "nargs": "*",
@@ -169,6 +192,7 @@ class TranscribeJob:
     audio_list: str | None = field(
         default=None,
         metadata={
+            "path": "file",
             "help": "A text file, one audio path a line.",
             "aliases": ["--audio-list"],
             "metavar": "FILE",
@@ -177,6 +201,7 @@ class TranscribeJob:
     output_dir: str | None = field(
         default=None,
         metadata={
+            "path": "new_folder",
             "help": "Write one file per input and format here (NAME.FORMAT).",
             "aliases": ["--output-dir"],
             "metavar": "DIR",
@@ -185,6 +210,7 @@ class TranscribeJob:
     output_file: str | None = field(
         default=None,
         metadata={
+            "path": "new_file",
             "help": "Write the one input's transcript here; the format follows the suffix "
             "unless --output_format is given.",
             "aliases": ["--output-file"],
