@@ -148,6 +148,8 @@ def test_a_second_run_reuses_the_cache_and_a_changed_manifest_rebuilds_it(
 
     encoder_calls.clear()
     caplog.clear()
+    # Into the finished run's folder again: its final/ is replaced only when asked.
+    quick["overwrite_output_dir"] = True
     _, second = _train(tiny_whisper_dir, tone_manifest, out, cache=True, **quick)
     assert encoder_calls == []  # nothing recomputed
     assert "encoder cache: reusing" in caplog.text
@@ -192,7 +194,8 @@ def test_an_interrupted_build_is_not_reused(
     _train(tiny_whisper_dir, tone_manifest, out, cache=True, num_train_epochs=1)
     (out / "encoder_cache" / "key.json").unlink()  # as if the build stopped before the end
     encoder_calls.clear()
-    _train(tiny_whisper_dir, tone_manifest, out, cache=True, num_train_epochs=1)
+    _train(tiny_whisper_dir, tone_manifest, out, cache=True, num_train_epochs=1,
+           overwrite_output_dir=True)  # fmt: skip
     assert sum(encoder_calls) == 6
 
 
