@@ -15,7 +15,8 @@ from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions
 
 EXIT_HELP = (
     "Exit status: 0 when every file was transcribed, 1 when any input failed (each is "
-    "reported on stderr, the others are still transcribed), 2 for bad flags."
+    "reported on stderr, the others are still transcribed), 2 for bad flags, 130 or 143 "
+    "when stopped by Ctrl-C or SIGTERM (each transcript finished by then is kept, whole)."
 )
 
 OPTIONS = (Options(TranscribeJob), Options(TranscribeOptions, "decoding"))
