@@ -3,6 +3,7 @@ section, and bad requests refused before any conversion."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,49 @@ def test_the_exports_section_is_replaced_not_repeated() -> None:
     twice = with_exports(once, "| b |")
     assert twice.count("## Exports") == 1 and "| b |" in twice and "| a |" not in twice
     assert twice.index("## Exports") < twice.index("## Reproduce") and twice.endswith("cmd\n")
+
+
+def test_a_format_that_cannot_take_the_model_refuses_it_before_any_is_written(
+    tiny_whisper_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The tiny model's MLP is 2 x d_model: ct2, onnx and openai take it, whisper.cpp cannot.
+    out = tmp_path / "exports"
+    argv = ["export", str(tiny_whisper_dir), str(out), "--format", "ct2,onnx,openai,ggml"]
+    assert main(argv) == 1
+    assert "whisper.cpp cannot hold this architecture" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_manifest_without_a_usable_row_is_refused_before_anything_is_written(
+    tiny_whisper_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "score.jsonl"
+    manifest.write_text('{"audio": "missing.wav", "text": "a"}\n' * 2, encoding="utf-8")
+    out = tmp_path / "exports"
+    argv = ["export", str(tiny_whisper_dir), str(out), "--format", "openai", "--manifest",
+            str(manifest)]  # fmt: skip
+    assert main(argv) == 1
+    assert "missing.wav" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_export_removes_the_temporary_folders_a_killed_one_left(
+    tiny_whisper_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = int(gone.stdout)  # a process that has ended
+    out = tmp_path / "exports"
+    out.mkdir()
+    # Left by a killed export: its own, the converter's, one named before pids were.
+    stale = [out / f".openai-{dead}-abcd1234", out / f".export-{dead}-k2j3h4g5",
+             out / ".openai-x7y8z9w0"]  # fmt: skip
+    kept = [out / f".openai-{os.getppid()}-live1234", out / ".openai-backup", out / "openai2"]
+    for folder in stale + kept:
+        (folder / "sub").mkdir(parents=True)
+    assert main(["export", str(tiny_whisper_dir), str(out), "--format", "openai,ggml"]) == 1
+    assert not any(f.exists() for f in stale) and all(f.exists() for f in kept)
+    assert "removed 3 temporary folder(s) an earlier export left" in caplog.text

@@ -44,7 +44,7 @@ def test_tsv_has_integer_milliseconds_as_openai_whisper_writes() -> None:
     lines = render(_transcript(), "tsv").splitlines()
     assert lines[0] == "start\tend\ttext"
     assert lines[1] == "0\t2500\tHello there."
-    assert lines[3] == "3661500\t3663042\tSecond line."
+    assert lines[2] == "3661500\t3663042\tSecond line."  # the empty segment is dropped
 
 
 def test_json_carries_segments_in_the_faster_whisper_shape() -> None:
@@ -71,3 +71,29 @@ def test_json_has_words_only_when_word_timestamps_were_asked_for() -> None:
 
 def test_txt_is_the_joined_text() -> None:
     assert render(_transcript(), "txt") == "Hello there. Second\nline.\n"
+
+
+def test_segments_are_kept_in_time_order_without_losing_text() -> None:
+    # As a 30 s window boundary left them: the next window's first cue starting before the
+    # last one of the window before ends, one cue inside another, an empty one.
+    words = (Word(31.7, 31.9, " B", 0.9), Word(31.9, 33.0, " b", 0.8))
+    t = Transcript(
+        "long.wav",
+        (
+            Segment(0, 28.0, 32.08, " A", -0.2),
+            Segment(1, 31.65, 33.5, " B b", -0.3, words=words),
+            Segment(2, 33.0, 33.4, " c"),  # ends before the one before: merged into it
+            Segment(3, 33.5, 33.5, " "),  # empty: dropped
+            Segment(4, 33.6, 35.0, " D"),
+        ),
+        "en",
+        40.0,
+    )
+    assert [(s.id, s.start, s.end, s.text) for s in t.segments] == [
+        (0, 28.0, 32.08, " A"),
+        (1, 32.08, 33.5, " B b c"),
+        (2, 33.6, 35.0, " D"),
+    ]
+    assert [(w.start, w.end) for w in t.segments[1].words] == [(32.08, 32.08), (32.08, 33.0)]
+    assert t.text == "A B b c D"
+    assert "00:00:32,080 --> 00:00:33,500\nB b c" in render(t, "srt")

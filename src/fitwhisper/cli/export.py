@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fitwhisper.export.card import write_export_cards
     from fitwhisper.export.formats import FORMATS, check_formats, export_formats
-    from fitwhisper.export.rescoring import rescore
+    from fitwhisper.export.rescoring import rescore, scoring_rows
     from fitwhisper.models.resolve import resolve_model
     from fitwhisper.models.short_window import thirty_second_note
     from fitwhisper.paths import refuse_overlap
@@ -138,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
     # (a run folder's final/, a LoRA adapter's base).
     refuse_overlap({"OUT": a.out}, {"MODEL": a.model, "--manifest": a.manifest})
     model = resolve_model(a.model)
+    # The manifest's rows are checked before any format is written (and the formats'
+    # refusals inside export_formats, before the first is written).
+    rows = scoring_rows(model, a.manifest, a.max_samples) if a.manifest else None
     written = export_formats(model, a.out, formats, quantization=a.quantization,
                              ggml_dtype=a.ggml_dtype, overwrite=a.force)  # fmt: skip
     for w in written:
@@ -155,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             max_samples=a.max_samples,
             batch_size=a.batch_size,
             opencc=a.opencc,
+            rows=rows,
         )
         print(rescored.format())
         report = Path(a.out) / "export_report.json"

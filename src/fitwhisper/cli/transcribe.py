@@ -4,6 +4,9 @@ function that runs it."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions
 
 EXIT_HELP = (
     "Exit status: 0 when every file was transcribed, 1 when any input failed (each is "
-    "reported on stderr, the others are still transcribed), 2 for bad flags."
+    "reported on stderr, the others are still transcribed), 2 for bad flags, 130 or 143 "
+    "when stopped by Ctrl-C or SIGTERM (each transcript finished by then is kept, whole)."
 )
 
 OPTIONS = (Options(TranscribeJob), Options(TranscribeOptions, "decoding"))
@@ -91,48 +95,115 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)  # fmt: skip
 
     # 3. Transcribe; outputs are written as files finish, stdout in input order at the end.
+    #    SIGTERM, like Ctrl-C, stops the run between two files' writes: what was finished
+    #    stays, whole (each file is written to a temporary name and renamed).
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
     done: dict[str, object] = {}
 
     def on_result(t) -> None:
-        done[t.audio] = t
-        for fmt in formats:
-            if out_dir:
-                (out_dir / f"{stems[t.audio]}.{fmt}").write_text(render(t, fmt), encoding="utf-8")
-            elif job.output_file:
-                Path(job.output_file).write_text(render(t, fmt), encoding="utf-8")
+        with _signals_held():  # the file's transcripts and its count, or none of them
+            for fmt in formats:
+                if out_dir:
+                    _write_whole(out_dir / f"{stems[t.audio]}.{fmt}", render(t, fmt))
+                elif job.output_file:
+                    _write_whole(Path(job.output_file), render(t, fmt))
+            done[t.audio] = t
 
     def on_problem(problem) -> None:
         print(problem.format(), file=sys.stderr)
 
     bar = _progress_bar(files, progress_enabled() and not quiet)
     group = opts.batch_size * (16 if choice.name == "ct2" else 1)
-    ok, failed = transcribe_files(
-        engine,
-        files,
-        opts,
-        on_result=on_result,
-        on_problem=on_problem,
-        progress=bar.update if bar else None,
-        group_size=group,
-    )
+    try:
+        with _stop_on_sigterm() as stopped_by:
+            ok, failed = transcribe_files(
+                engine,
+                files,
+                opts,
+                on_result=on_result,
+                on_problem=on_problem,
+                progress=bar.update if bar else None,
+                group_size=group,
+            )
+    except KeyboardInterrupt:
+        if bar:
+            bar.close()
+        if not out_dir and not job.output_file:
+            _print_transcripts(files, done, formats)
+        where = f" in {out_dir}" if out_dir else f" in {job.output_file}" if job.output_file else ""
+        print(
+            f"interrupted ({stopped_by[0] if stopped_by else 'SIGINT'}): {len(done)} of "
+            f"{len(files)} files transcribed, their transcripts whole{where}; the rest not",
+            file=sys.stderr,
+        )
+        return 143 if stopped_by else 130
     if bar:
         bar.close()
     if not out_dir and not job.output_file:
-        for f in files:
-            t = done.get(str(f))
-            if t is None:
-                continue
-            if len(files) > 1:
-                print(f"==> {f} <==")
-            for fmt in formats:
-                sys.stdout.write(render(t, fmt))
+        _print_transcripts(files, done, formats)
     failed += len(problems)
     if failed:
         print(f"transcribed {ok} files; {failed} failed (see above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_transcripts(files: list[Path], done: dict, formats: list[str]) -> None:
+    """The finished transcripts on stdout, in input order."""
+    from fitwhisper.transcribe.formats import render
+
+    for f in files:
+        t = done.get(str(f))
+        if t is None:
+            continue
+        if len(files) > 1:
+            print(f"==> {f} <==")
+        for fmt in formats:
+            sys.stdout.write(render(t, fmt))
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary sibling and a rename, so `path` is never
+    seen half-written (a stopped run leaves the old file or the new one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM wait until the block ends (then arrive as usual)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so the run ends in one place;
+    yields a list that names the signal once it came."""
+    stopped_by: list[str] = []
+
+    def stop(signum, _frame) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: SIGTERM keeps its default
+        yield stopped_by
+        return
+    try:
+        yield stopped_by
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _formats(spec: str | None, output_file: str | None) -> list[str]:

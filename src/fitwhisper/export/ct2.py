@@ -65,6 +65,29 @@ def export_ct2(
     return ExportResult(dest, model.spec, quantization, size)
 
 
+def check_ct2(model_dir: Path, *, quantization: str = "int8") -> None:
+    """What CTranslate2's converter refuses and can be seen without weights: an unknown
+    quantization, a folder that is not a transformers Whisper model.
+
+    Raises:
+        ConfigError: either.
+    """
+    import json
+
+    if quantization not in QUANTIZATIONS:
+        raise ConfigError(
+            f"unknown --quantization {quantization!r}", hint="use " + ", ".join(QUANTIZATIONS)
+        )
+    hint = "export needs a Whisper model in transformers format (or a LoRA adapter on one)"
+    config = Path(model_dir) / "config.json"
+    try:
+        kind = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ConfigError(f"{model_dir} has no readable config.json ({e})", hint=hint) from e
+    if kind != "whisper":
+        raise ConfigError(f"{model_dir} is not a Whisper model (model_type {kind!r})", hint=hint)
+
+
 def transcribe_ct2(
     dest: Path,
     audios: list,

@@ -4,9 +4,13 @@
 
 One format is written into OUT itself (as `export MODEL OUT` always did, for ct2); several
 go to OUT/<format>/. The source is resolved and a LoRA adapter merged into its base once,
-then each format is written into a temporary sibling and renamed into place, so a failed
-conversion leaves no half-written folder. Every format carries the fine-tune's language
-and task (a Mandarin fine-tune stays Mandarin in an engine given no language).
+then every format's refusals that need no weights (`check_<format>`) are checked before
+any is written, so a model one format cannot take is refused before minutes of writing the
+others. Each format is written into a temporary sibling and renamed into place, so a failed
+conversion leaves no half-written folder; the temporary folders a killed export left
+(`.<dest>-<pid>-*`, the converter's `.export-<pid>-*`) are removed by the next export.
+Every format carries the fine-tune's language and task (a Mandarin fine-tune stays Mandarin
+in an engine given no language).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -27,6 +33,8 @@ import numpy as np
 from fitwhisper.errors import ConfigError
 from fitwhisper.models.ct2_export import EXPORT_INFO
 from fitwhisper.paths import refuse_overlap, require_folder
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,12 @@ class Written:
     out: Path
     source: str
     size_mb: float
+
+
+def checker(fmt: str):
+    """`check_<fmt>(model_dir, **options)`: raises the ConfigError `write_<fmt>` would, but
+    before anything is written."""
+    return getattr(importlib.import_module(FORMATS[fmt].module), f"check_{fmt}")
 
 
 def writer(fmt: str):
@@ -153,10 +167,15 @@ def export_formats(
     refuse_overlap({"OUT": out}, source_paths(model_spec, model))
     for dest in dests.values():
         _clear(dest, overwrite)
+    remove_stale_work(dests.values())
     # A run's model card sits beside its weights, or beside a LoRA adapter.
     card_from = Path(str(model.adapter or model.path_or_id))
+    options = {"ct2": {"quantization": quantization}, "ggml": {"dtype": ggml_dtype}}
     written = []
     with merged_source(model) as source:
+        # Every format that would refuse the model refuses it now, before any is written.
+        for fmt in dests:
+            checker(fmt)(Path(source.path_or_id), **options.get(fmt, {}))
         for fmt, dest in dests.items():
             if fmt == "ct2":
                 r = export_ct2(source, dest, quantization=quantization, overwrite=True)
@@ -198,6 +217,37 @@ def merged_source(model) -> Iterator:
         yield ResolvedModel(model.spec, resolved.kind, resolved.path_or_id)
 
 
+def remove_stale_work(dests) -> list[Path]:
+    """Remove the temporary folders an export stopped part way (killed, power cut) left
+    beside `dests`: `_aside`'s `.<dest>-<pid>-XXXXXXXX` and the CTranslate2 converter's
+    `.export-<pid>-XXXXXXXX`, recognised by name, unless that process still runs (an export
+    beside this one). Says in the log what it removed; returns those folders."""
+    from fitwhisper.models.ct2_export import WORK_PREFIX
+
+    removed = []
+    for dest in {Path(d) for d in dests}:
+        if not dest.parent.is_dir():
+            continue
+        names = "|".join(re.escape(p) for p in (f".{dest.name}-", WORK_PREFIX))
+        pattern = re.compile(rf"(?:{names})(?:(\d+)-)?[a-z0-9_]{{8}}")
+        for folder in dest.parent.iterdir():
+            m = pattern.fullmatch(folder.name)
+            if not m or not folder.is_dir() or folder in removed:
+                continue
+            if m.group(1) and _running(int(m.group(1))):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    if removed:
+        log.warning(
+            "removed %d temporary folder(s) an earlier export left when it was stopped part "
+            "way: %s",
+            len(removed),
+            ", ".join(str(f) for f in sorted(removed)),
+        )
+    return removed
+
+
 def transcribe_with(fmt: str, dest: Path, audios: list[np.ndarray], **kwargs) -> list[dict]:
     return runner(fmt)(Path(dest), audios, **kwargs)
 
@@ -237,7 +287,8 @@ def _clear(dest: Path, overwrite: bool) -> None:
 def _aside(dest: Path) -> Iterator[Path]:
     """A temporary sibling of `dest`, renamed to `dest` when the block succeeds."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    # The pid in the name tells a later export whether this one still runs.
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}-{os.getpid()}-", dir=dest.parent))
     try:
         yield work
         if dest.exists():
@@ -245,6 +296,18 @@ def _aside(dest: Path) -> Iterator[Path]:
         os.replace(work, dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process starts no export until the last one is done
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _copy_card(source: Path, dest: Path) -> None:

@@ -123,6 +123,20 @@ def ggml_name(hf_name: str) -> str | None:
 # --------------------------------------------------------------------------------- export
 
 
+def check_ggml(model_dir: Path, *, dtype: str = "f16") -> None:
+    """Every refusal of `write_ggml` that needs no weights (config, vocabulary layout,
+    dtype), so an export of several formats can stop before it writes any.
+
+    Raises:
+        ConfigError: as `write_ggml`.
+    """
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown ggml dtype {dtype!r}", hint="use " + ", ".join(DTYPES))
+    model_dir = Path(model_dir)
+    config = _whisper_config(model_dir)
+    _vocabulary(model_dir, _hparams(config, model_dir)["n_vocab"])
+
+
 def write_ggml(model_dir: Path, dest: Path, *, dtype: str = "f16") -> list[Path]:
     """Write `dest/ggml-model.bin` (whisper.cpp) and `dest/fitwhisper_ggml.json`.
 

@@ -82,6 +82,15 @@ _CHATTY = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir
 BATCH_SIZE = 8  # clips per encoder/decoder run in transcribe_onnx
 
 
+def check_onnx(model_dir: Path) -> None:
+    """Every refusal of `write_onnx` about its source, before any weights load.
+
+    Raises:
+        ConfigError: as `write_onnx`.
+    """
+    _check_source(Path(model_dir))
+
+
 def write_onnx(model_dir: Path, dest: Path) -> list[Path]:
     """Export a saved Whisper model as encoder + decoder ONNX graphs that onnxruntime runs.
 

@@ -99,6 +99,22 @@ def known_openai_name(hf_name: str) -> str | None:
     return openai_name(hf_name)
 
 
+def check_openai(model_dir: Path) -> None:
+    """Every refusal of `write_openai` that needs no weights (configs, architecture,
+    vocabulary, task), so an export of several formats can stop before it writes any.
+
+    Raises:
+        ConfigError: as `write_openai`.
+    """
+    model_dir = Path(model_dir)
+    cfg, gen = _read_configs(model_dir)
+    _check_representable(cfg, model_dir)
+    _check_vocabulary(cfg["vocab_size"], gen, model_dir)
+    task = None if cfg["vocab_size"] == 51864 else _clean(gen.get("task"))
+    if task not in (None, "transcribe", "translate"):
+        raise ConfigError(f"{model_dir}/generation_config.json has an unknown task {task!r}")
+
+
 def write_openai(model_dir: Path, dest: Path) -> list[Path]:
     """Write `dest/model.pt`, which `whisper.load_model(path)` loads; returns [that path].
 

@@ -119,6 +119,24 @@ class Rescore:
         return "\n".join(lines)
 
 
+def scoring_rows(source_spec, manifest: str | Path, max_samples: int | None = None, *,
+                 processor=None) -> list:  # fmt: skip
+    """The manifest's rows to score on, checked as `fitwhisper evaluate` checks them; the
+    export checks them before it writes anything.
+
+    Raises:
+        DataError: the manifest cannot be read, or no row (or a bad one, by the bad-row
+            policy) is usable.
+    """
+    from fitwhisper.data.usable import usable_rows
+    from fitwhisper.models.resolve import as_resolved, load_processor
+
+    processor = processor or load_processor(as_resolved(source_spec))
+    return usable_rows(
+        manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
+    ).rows
+
+
 def rescore(
     source_spec,
     exports: dict[str, Path],
@@ -129,16 +147,17 @@ def rescore(
     batch_size: int = 8,
     opencc: str | None = None,
     long_file: bool = True,
+    rows: list | None = None,
 ) -> Rescore:
     """Score the source and each export (format -> folder) on the same manifest rows;
     `opencc` converts both sides' script before scoring, as `evaluate --opencc` does.
     `language` None: each export's engine uses the language its files record, and the
-    source (and the metric) the one its generation config records."""
+    source (and the metric) the one its generation config records. `rows`: those
+    `scoring_rows` returned, when the caller checked the manifest already."""
     import dataclasses
 
     from fitwhisper.config import EvalConfig
     from fitwhisper.data.audio import load_audio
-    from fitwhisper.data.usable import usable_rows
     from fitwhisper.evaluate import evaluate_rows, scorer_for, scoring_language
     from fitwhisper.export.formats import FORMATS, runner
     from fitwhisper.models.resolve import as_resolved, load_processor, recorded_language
@@ -151,9 +170,8 @@ def rescore(
     # exports' engines find it in their own files, which is checked: they get no language)
     # and it picks the metric (CER for a Mandarin fine-tune).
     source_language = language or recorded_language(source_model)
-    rows = usable_rows(
-        manifest, None, processor.tokenizer, limit=max_samples, purpose="scoring"
-    ).rows
+    if rows is None:
+        rows = scoring_rows(source_model, manifest, max_samples, processor=processor)
     # 30 s windows for the source too, as every engine reads them (a model trained on
     # trimmed input would otherwise be scored on its short window).
     cfg = EvalConfig(language=source_language, batch_size=batch_size, opencc=opencc,

@@ -55,6 +55,9 @@ def cached_ct2(model: ResolvedModel, quantization: str) -> Path:
     )
 
 
+WORK_PREFIX = ".export-"  # the converter's work folder beside its destination, then its pid
+
+
 def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
     """Merge if needed, convert with ctranslate2's TransformersConverter into a temporary
     sibling of `dest`, add what faster-whisper reads besides the weights, rename.
@@ -69,7 +72,7 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
 
     processor = load_processor(model)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=dest.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=dest.parent) as tmp:
         source = model.path_or_id
         if model.adapter is not None:
             from fitwhisper.models.merge import merge_adapter

@@ -7,8 +7,9 @@ algorithm) on the file's speech only (`speech.find_speech`: faster-whisper's `va
 done here), its times mapped back onto the file by `Speech.span`.
 Clips of up to 30 s are batched *across files*: those with speech are laid end to end and
 handed to `BatchedInferencePipeline` with one `clip_timestamps` entry per file, so each is
-decoded whole, in batches of `--batch_size`, by faster-whisper's own code; the segments are
-mapped back to their files. A file without speech is not decoded. For a model whose
+decoded whole, in batches of `--batch_size`, by faster-whisper's own code (one call per
+batch, so a file is out as soon as its batch is); the segments are mapped back to their
+files. A file without speech is not decoded. For a model whose
 training chose the short window, those batches are encoded on their longest clip and 1 s
 (`ct2_short_window`), not on 30 s. On every path a clip or chunk under 30 s reaches the
 encoder padded with silence, as in training, not with faster-whisper's zero-filled log-mel
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -85,32 +86,46 @@ class CT2Engine:
         progress: Callable[[float], None] | None = None,
     ) -> list[Transcript]:
         """Transcribe a batch; `progress(seconds)` is called as audio is done."""
+        results = dict(self.stream(names, audios, progress))
+        return [results[i] for i in range(len(audios))]
+
+    def stream(
+        self,
+        names: Sequence[str],
+        audios: Sequence[np.ndarray],
+        progress: Callable[[float], None] | None = None,
+    ) -> Iterator[tuple[int, Transcript]]:
+        """`(index, transcript)` for each file as soon as it is finished, in the order they
+        finish: the clips batched across files one batch of `--batch_size` at a time, then
+        the long files one by one."""
         progress = progress or (lambda _s: None)
-        results: dict[int, Transcript] = {}
+        finished: set[int] = set()
         speech: dict[int, Speech] = {}
         for i, audio in enumerate(audios):
             if self.speech_method and not self._pipeline_cuts(len(audio)):
                 speech[i] = find_speech(audio, self.speech_method)
                 if not speech[i].regions:  # nothing to decode: no text, not even "you"
-                    results[i] = self._nothing(names[i], len(audio) / SAMPLE_RATE_HZ)
-                    progress(results[i].duration_s)
+                    t = self._nothing(names[i], len(audio) / SAMPLE_RATE_HZ)
+                    progress(t.duration_s)
+                    finished.add(i)
+                    yield i, t
         short = [
             i
             for i, a in enumerate(audios)
-            if i not in results and len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ
+            if i not in finished and len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ
         ]
         # Across-file batching needs one prompt language for the batch; the short window
         # is only on that path, so it takes a lone clip too.
         enough = len(short) > (0 if self.window == "short" else 1)
         if self.opts.mode != "sequential" and self.language and enough:
-            batch = self._short_batched(
+            for k, t in self._short_batched(
                 [names[i] for i in short], [audios[i] for i in short], progress
-            )
-            results.update(zip(short, batch, strict=True))
+            ):
+                finished.add(short[k])
+                yield short[k], t
         for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
-            if i not in results:
-                results[i] = self._one_file(name, audio, progress, speech.get(i))
-        return [results[i] for i in range(len(audios))]
+            if i not in finished:
+                yield i, self._one_file(name, audio, progress, speech.get(i))
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -186,16 +201,22 @@ class CT2Engine:
         progress(duration - done)
         return Transcript(name, tuple(out), info.language, duration, engine=self.name)
 
-    def _short_batched(self, names, audios, progress) -> list[Transcript]:
+    def _short_batched(self, names, audios, progress) -> Iterator[tuple[int, Transcript]]:
+        """`(index, transcript)` per clip, a batch of `--batch_size` clips per pipeline call,
+        so each batch's files are out as soon as its one batched forward pass is (the
+        batching, and its speed, are the pipeline's own)."""
+        order = list(range(len(audios)))
+        pipeline = self.pipeline
         if self.window == "short":  # clips of like length share a batch and its window
-            order = sorted(range(len(audios)), key=lambda i: len(audios[i]))
+            order.sort(key=lambda i: len(audios[i]))
+            pipeline = self.short_pipeline
+        n = max(1, self.opts.batch_size)
+        for b in range(0, len(order), n):
+            batch = order[b : b + n]
             done = self._laid_end_to_end(
-                [names[i] for i in order], [audios[i] for i in order], progress,
-                self.short_pipeline,
-            )  # fmt: skip
-            back = dict(zip(order, done, strict=True))
-            return [back[i] for i in range(len(audios))]
-        return self._laid_end_to_end(names, audios, progress, self.pipeline)
+                [names[i] for i in batch], [audios[i] for i in batch], progress, pipeline
+            )
+            yield from zip(batch, done, strict=True)
 
     def _laid_end_to_end(self, names, audios, progress, pipeline) -> list[Transcript]:
         offsets = np.cumsum([0] + [len(a) for a in audios[:-1]]) / SAMPLE_RATE_HZ

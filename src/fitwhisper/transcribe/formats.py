@@ -11,7 +11,8 @@ integer milliseconds, as openai-whisper writes it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 OutputFormat = Literal["txt", "json", "srt", "vtt", "tsv"]
@@ -43,7 +44,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Transcript:
-    """One file's transcription."""
+    """One file's transcription; its segments are kept in time order (`in_time_order`)
+    whichever engine, mode or window made them."""
 
     audio: str  # the file as the user named it
     segments: tuple[Segment, ...]
@@ -51,6 +53,10 @@ class Transcript:
     duration_s: float
     engine: str = ""
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Every engine's output is built here: cues never overlap nor go back in time.
+        object.__setattr__(self, "segments", in_time_order(self.segments))
 
     @property
     def text(self) -> str:
@@ -69,6 +75,33 @@ class Transcript:
             "duration": round(self.duration_s, 3),
             "segments": segments,
         }
+
+
+def in_time_order(segments: Sequence[Segment]) -> tuple[Segment, ...]:
+    """The segments as subtitles can show them, renumbered from 0: in the order decoded,
+    each starting where the one before ends if it started earlier (a window's last segment
+    can run past the time the next window starts from), empty ones dropped. A segment that
+    ends by the time the one before does is merged into it, text and words: no text is lost.
+    """
+    out: list[Segment] = []
+    for s in segments:
+        if not s.text.strip():
+            continue
+        if out and s.start < out[-1].end:
+            prev = out[-1]
+            if s.end <= prev.end:  # nothing of it left after the one before: joins it
+                words = None
+                if prev.words is not None or s.words is not None:
+                    words = (prev.words or ()) + _words_from(s.words or (), prev.start, prev.end)
+                out[-1] = replace(prev, text=prev.text + s.text, words=words)
+                continue
+            s = replace(
+                s,
+                start=prev.end,
+                words=None if s.words is None else _words_from(s.words, prev.end, s.end),
+            )
+        out.append(s if s.id == len(out) else replace(s, id=len(out)))
+    return tuple(out)
 
 
 def render(t: Transcript, fmt: OutputFormat) -> str:
@@ -106,6 +139,15 @@ def timestamp(seconds: float, decimal_marker: str) -> str:
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)
     return f"{h:02d}:{m:02d}:{s:02d}{decimal_marker}{ms:03d}"
+
+
+def _words_from(words: Sequence[Word], start: float, end: float) -> tuple[Word, ...]:
+    """`words` with their times moved inside [start, end] and in order."""
+    out: list[Word] = []
+    for w in words:
+        a = min(max(w.start, start, out[-1].end if out else start), end)
+        out.append(replace(w, start=a, end=min(max(w.end, a), end)))
+    return tuple(out)
 
 
 def _spoken(segments) -> list[Segment]:

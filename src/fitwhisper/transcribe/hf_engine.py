@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +113,19 @@ class TransformersEngine:
                 segments = tuple(_to_file_times(s, speech[i], duration) for s in segments)
             results.append(Transcript(name, segments, lang, duration, engine=self.name))
         return results
+
+    def stream(
+        self,
+        names: Sequence[str],
+        audios: Sequence[np.ndarray],
+        progress: Callable[[float], None] | None = None,
+    ) -> Iterator[tuple[int, Transcript]]:
+        """`(index, transcript)` per file, each as soon as it exists: `generate` decodes the
+        files in batches of `--batch_size`, and a batch's files are out when its call is."""
+        n = max(1, self.opts.batch_size)
+        for b in range(0, len(audios), n):
+            done = self.transcribe(names[b : b + n], audios[b : b + n], progress)
+            yield from enumerate(done, start=b)
 
     def _generate(self, audios: Sequence[np.ndarray], progress) -> list[tuple]:
         """`generate` over the batch: per audio, (segments in its own times, language)."""

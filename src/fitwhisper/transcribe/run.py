@@ -121,8 +121,10 @@ def transcribe_files(
     progress: Callable[[float], None] | None = None,
     group_size: int | None = None,
 ) -> tuple[int, int]:
-    """Decode and transcribe `files`, calling `on_result` per transcript and `on_problem`
-    per file that cannot be read; returns (transcribed, failed)."""
+    """Decode and transcribe `files`, calling `on_result` per transcript as soon as the
+    engine has finished that file (not when its group ends), and `on_problem` per file that
+    cannot be read; returns (transcribed, failed). Files are decoded `group_size` at a
+    time, shortest first; the engine batches within a group."""
     ok = failed = 0
     durations: dict[Path, float] = {}
     for f in files:
@@ -153,7 +155,8 @@ def transcribe_files(
             audios.append(audio)
         if not audios:
             continue
-        for t in engine.transcribe(names, audios, progress):
+        # Each file as soon as the engine has it: a run stopped part way keeps those.
+        for _i, t in engine.stream(names, audios, progress):
             on_result(convert_script(without_loops(t), opts.output_script))
             ok += 1
     return ok, failed
