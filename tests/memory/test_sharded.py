@@ -78,7 +78,7 @@ def test_zero_model_states_equal_deepspeeds_documented_formulas_for_a_billion_pa
 
 def test_zero3_offload_plans_the_shipped_config():
     """The planner's zero3_offload is the config that ships: weights and optimizer on CPU."""
-    from fitwhisper.train.sharding import load_config
+    from fitwhisper.memory.sharded import load_config
 
     zero = load_config("zero3_offload")["zero_optimization"]
     assert zero["offload_param"]["device"] == zero["offload_optimizer"]["device"] == "cpu"
