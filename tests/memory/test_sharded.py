@@ -78,7 +78,7 @@ def test_zero_model_states_equal_deepspeeds_documented_formulas_for_a_billion_pa
 
 def test_zero3_offload_plans_the_shipped_config():
     """The planner's zero3_offload is the config that ships: weights and optimizer on CPU."""
-    from fitwhisper.train.sharding import load_config
+    from fitwhisper.memory.sharded import load_config
 
     zero = load_config("zero3_offload")["zero_optimization"]
     assert zero["offload_param"]["device"] == zero["offload_optimizer"]["device"] == "cpu"
@@ -226,7 +226,7 @@ def test_acceptance_plan_prints_the_per_gpu_breakdown_offline(monkeypatch, tmp_p
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--num_gpus", "0"], "--num_gpus must be at least 1, got 0"),
+        (["--num_gpus", "0"], "--num_gpus must be in [1, 1024]"),
         (["--num_gpus", "2", "--num_nodes", "-1"], "must be at least 1"),
         (["--deepspeed", "zero3"], "with 1 GPU in all there is nothing to shard over"),
         (["--num_gpus", "2", "--deepspeed", "zero2", "--use_4bit"], "8-bit/4-bit"),

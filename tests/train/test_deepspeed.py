@@ -17,15 +17,9 @@ import pytest
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.memory.sharded import reduce_buckets
+from fitwhisper.memory.sharded import load_config, reduce_buckets
 from fitwhisper.train import validate
-from fitwhisper.train.sharding import (
-    GATHER_ON_SAVE,
-    NAMES,
-    config_path,
-    load_config,
-    zero_stage,
-)
+from fitwhisper.train.sharding import GATHER_ON_SAVE, NAMES, config_path, zero_stage
 
 # Every value the Trainer's arguments decide; a shipped config that fixed one would make
 # HfDeepSpeedConfig refuse a run whose flags differ ("mismatch") or silently disagree.

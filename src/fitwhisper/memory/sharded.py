@@ -48,6 +48,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
+from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
 from fitwhisper.errors import ConfigError
@@ -272,18 +274,13 @@ def shard(
             "CUDA context and allocator slack as for one GPU; NCCL buffers not counted"
         )
     else:
-        d_model = _dims(r)[0]
         elem = 2 if half else 4
-        count, elements = reduce_buckets(strategy, d_model)
+        comm, comm_what = _buckets(strategy, _dims(r)[0], elem)
         g_r, o_r = _div(g, world), _div(o, world)
         fp32_r = _div(fp32_grads, world)
         s_r = _div(S, world) + fp32_r
         w_r = w if strategy == "zero2" else _div(w, world)
         sharded = ("gradients", "optimizer") + (() if strategy == "zero2" else ("weights",))
-        comm = count * elements * elem
-        comm_what = (
-            f"{count} reduce bucket{'s' if count > 1 else ''} of {elements / 1e6:.3g}M elements"
-        )
         assumptions = "ZeRO-2 keeps every weight on every GPU (frozen ones too)"
         if strategy != "zero2":
             name, n = _dims(r)[1], _dims(r)[2]
@@ -345,11 +342,22 @@ def _one_process(p: MemoryPrediction) -> ShardedPrediction:
     )  # fmt: skip
 
 
+def config_path(value: str) -> Path:
+    """The JSON file `--deepspeed value` names: a shipped config's, or the user's file."""
+    if value in DEEPSPEED_STAGES:
+        return Path(str(resources.files("fitwhisper") / "assets" / "deepspeed" / f"{value}.json"))
+    return Path(value).expanduser()
+
+
+def load_config(value: str) -> dict:
+    """The DeepSpeed config `--deepspeed value` names, parsed (train/sharding.py's
+    `problems` checks a user's file first)."""
+    return json.loads(config_path(value).read_text(encoding="utf-8"))
+
+
 def reduce_buckets(strategy: str, d_model: int) -> tuple[int, int]:
     """How many ZeRO reduce buffers each GPU allocates, and their size in elements, as the
     shipped config `strategy` sets them."""
-    from fitwhisper.train.sharding import load_config
-
     zero = load_config(strategy)["zero_optimization"]
     size = zero["reduce_bucket_size"]
     # transformers fills "auto" with hidden_size**2 (integrations/deepspeed.py).
@@ -360,6 +368,13 @@ def reduce_buckets(strategy: str, d_model: int) -> tuple[int, int]:
     # allocates one IPG buffer (stage3.py).
     count = 2 if zero["stage"] == 2 and zero.get("overlap_comm") else 1
     return count, elements
+
+
+def _buckets(strategy: str, d_model: int, elem: int) -> tuple[int, str]:
+    """The reduce buckets' bytes on each GPU, and the table's words for them."""
+    count, elements = reduce_buckets(strategy, d_model)
+    what = f"{count} reduce bucket{'s' if count > 1 else ''} of {elements / 1e6:.3g}M elements"
+    return count * elements * elem, what
 
 
 def _check_planned(strategy: str, r: MemoryRequest) -> None:

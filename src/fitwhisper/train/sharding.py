@@ -39,28 +39,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from importlib import resources
-from pathlib import Path
 
 from fitwhisper.config import ModelConfig, TrainConfig
+from fitwhisper.memory.sharded import DEEPSPEED_STAGES as NAMES
+from fitwhisper.memory.sharded import config_path
 from fitwhisper.method import method_of, weight_sharding_refusal
 from fitwhisper.train.ranks import fsdp_asked, world_size
 
-NAMES = ("zero2", "zero3", "zero3_offload")
 GATHER_ON_SAVE = "stage3_gather_16bit_weights_on_model_save"
 INSTALL = "pip install 'fitwhisper[deepspeed]' (or: DS_BUILD_OPS=0 pip install deepspeed)"
-
-
-def config_path(value: str) -> Path:
-    """The JSON file `--deepspeed value` names: a shipped config's, or the user's file."""
-    if value in NAMES:
-        return Path(str(resources.files("fitwhisper") / "assets" / "deepspeed" / f"{value}.json"))
-    return Path(value).expanduser()
-
-
-def load_config(value: str) -> dict:
-    """The DeepSpeed config `--deepspeed value` names, parsed (validated first: `problems`)."""
-    return json.loads(config_path(value).read_text(encoding="utf-8"))
 
 
 def zero_stage(config: dict) -> int:
