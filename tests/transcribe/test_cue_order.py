@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from tests.transcribe.test_long_audio import _cues
 
 from fitwhisper.cli import main
 
@@ -48,19 +49,6 @@ def mandarin(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="module")
 def english(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _file(shared_data, tmp_path_factory.mktemp("en") / "en.flac", "speechocean-train", 0, 32)
-
-
-def _cues(srt: str) -> list[tuple[float, float, str]]:
-    def secs(ts: str) -> float:
-        h, m, s = ts.replace(",", ".").split(":")
-        return 3600 * int(h) + 60 * int(m) + float(s)
-
-    cues = []
-    for block in srt.strip().split("\n\n"):
-        lines = block.splitlines()
-        start, end = lines[1].split(" --> ")
-        cues.append((secs(start), secs(end), " ".join(lines[2:])))
-    return cues
 
 
 def _check(out: Path, stem: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from fitwhisper.errors import OutOfMemoryError
-from fitwhisper.memory.backoff import is_oom, release_memory
+from fitwhisper.memory.backoff import batch_rows, is_oom, release_memory, split_rows
 
 log = logging.getLogger(__name__)
 
@@ -80,38 +80,39 @@ def generate_texts(
     return texts
 
 
-def _generate_batch(model, inputs: dict[str, Any], device, max_length: int | None, chunk: int):
+def _generate_batch(
+    model, inputs: dict[str, Any], device, max_length: int | None, chunk: int
+) -> tuple[list[list[int]], int]:
     """The batch's generated ids (one list per clip), in chunks of `chunk` clips; on
-    out-of-memory the failed chunk is redone at half the size (generation has no side
-    effects). Returns the ids and the chunk size that fitted."""
-    n = _rows(inputs)
+    out-of-memory the failed chunk and those after it are redone at half the size
+    (generation has no side effects). Returns the ids and the chunk size that fitted."""
     # Seq2SeqTrainer's: greedy, and max_length only when set (else the generation config's).
     settings = {"num_beams": 1} | ({"max_length": max_length} if max_length else {})
     ids: list[list[int]] = []
-    start = 0
-    while start < n:
-        part = _moved(_cut(inputs, start, start + chunk), device)
+    pending = split_rows(inputs, chunk)
+    while pending:
+        part = pending.pop(0)
         try:
             with torch.no_grad():
-                generated = model.generate(**part, **settings)
+                generated = model.generate(**_moved(part, device), **settings)
         except Exception as e:
             if not is_oom(e):
                 raise
             generated = None
         if generated is None:  # out of the except block, so its tensors can be freed
-            del part
             release_memory()
-            if chunk <= 1:
+            old = batch_rows(part)
+            if old <= 1:
                 raise _no_fit_error(max_length) from None
-            old, chunk = chunk, -(-chunk // 2)
+            chunk = -(-old // 2)
             log.warning(
                 "out of memory in generation with a batch of %d: generating in batches of %d",
                 old,
                 chunk,
             )
+            pending = [q for p in (part, *pending) for q in split_rows(p, chunk)]
             continue
         ids += generated.tolist()
-        start += chunk
     return ids, chunk
 
 
@@ -127,28 +128,6 @@ def _place(model) -> torch.device:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
     model.to(device)
     return device
-
-
-def _rows(inputs: dict[str, Any]) -> int:
-    for v in inputs.values():
-        if isinstance(v, torch.Tensor) and v.dim() > 0:
-            return v.shape[0]
-        if isinstance(v, tuple) and v:  # encoder_outputs=(hidden,) from the encoder cache
-            return _rows({"first": v[0]})
-    return 1
-
-
-def _cut(inputs: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
-    n = _rows(inputs)
-
-    def cut(v):
-        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n:
-            return v[start:stop]
-        if isinstance(v, tuple):
-            return tuple(cut(x) for x in v)
-        return v
-
-    return {k: cut(v) for k, v in inputs.items()}
 
 
 def _moved(inputs: dict[str, Any], device) -> dict[str, Any]:

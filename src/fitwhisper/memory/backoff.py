@@ -99,7 +99,7 @@ class BackoffTrainer(Seq2SeqTrainer):
     # --- training -------------------------------------------------------------------------
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        batch = _batch_size(inputs)
+        batch = batch_rows(inputs)
         total_tokens = _label_tokens(inputs)
         pending = _split(inputs, self.train_split)
         loss = None
@@ -124,7 +124,7 @@ class BackoffTrainer(Seq2SeqTrainer):
             refused = refusal(self, "training", model=model, in_backward=in_backward)
             if refused:
                 release_memory()
-                raise no_fit_error(self, "training", _batch_size(chunk), refused)
+                raise no_fit_error(self, "training", batch_rows(chunk), refused)
             if in_backward:
                 if grads_were_empty:
                     model.zero_grad(set_to_none=True)
@@ -135,10 +135,10 @@ class BackoffTrainer(Seq2SeqTrainer):
                         self.state.global_step + 1,
                     )
             release_memory()
-            self._back_off_training(batch, _batch_size(chunk))
+            self._back_off_training(batch, batch_rows(chunk))
             # Only the failed chunk is redone, cut to the new micro-batch size.
-            size = min(-(-batch // self.train_split), -(-_batch_size(chunk) // 2))
-            pending = _split_size(chunk, size) + pending
+            size = min(-(-batch // self.train_split), -(-batch_rows(chunk) // 2))
+            pending = split_rows(chunk, size) + pending
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -192,7 +192,7 @@ class BackoffTrainer(Seq2SeqTrainer):
     # --- evaluation -----------------------------------------------------------------------
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        batch = _batch_size(inputs)
+        batch = batch_rows(inputs)
         while True:
             try:
                 return self._split_prediction_step(
@@ -228,7 +228,7 @@ class BackoffTrainer(Seq2SeqTrainer):
             step(model, c, prediction_loss_only, ignore_keys=ignore_keys, **dict(gen_kwargs))
             for c in _split(inputs, self.eval_split)
         ]
-        sizes = [_batch_size(c) for c in _split(inputs, self.eval_split)]
+        sizes = [batch_rows(c) for c in _split(inputs, self.eval_split)]
         losses = [p[0] for p in parts]
         loss = None
         if all(x is not None for x in losses):
@@ -257,21 +257,24 @@ class BackoffTrainer(Seq2SeqTrainer):
 # --- batches ------------------------------------------------------------------------------
 
 
-def _batch_size(inputs: dict[str, Any]) -> int:
+def batch_rows(inputs: dict[str, Any]) -> int:
+    """The batch's clips: the first dimension of its first batched tensor."""
     for v in inputs.values():
         if isinstance(v, torch.Tensor) and v.dim() > 0:
             return v.shape[0]
+        if isinstance(v, tuple) and v:  # encoder_outputs=(hidden,) from the encoder cache
+            return batch_rows({"hidden": v[0]})
     return 1
 
 
 def _split(inputs: dict[str, Any], parts: int) -> list[dict[str, Any]]:
     """`inputs` cut along the batch into at most `parts` chunks (fewer when the batch is small)."""
-    return _split_size(inputs, -(-_batch_size(inputs) // parts))
+    return split_rows(inputs, -(-batch_rows(inputs) // parts))
 
 
-def _split_size(inputs: dict[str, Any], size: int) -> list[dict[str, Any]]:
+def split_rows(inputs: dict[str, Any], size: int) -> list[dict[str, Any]]:
     """`inputs` cut along the batch into chunks of `size` (the last may be smaller)."""
-    n = _batch_size(inputs)
+    n = batch_rows(inputs)
     if size >= n:
         return [inputs]
 
@@ -288,7 +291,7 @@ def _split_size(inputs: dict[str, Any], size: int) -> list[dict[str, Any]]:
 def _label_tokens(inputs: dict[str, Any]) -> int:
     labels = inputs.get("labels")
     if not isinstance(labels, torch.Tensor):
-        return _batch_size(inputs)
+        return batch_rows(inputs)
     return int(labels.ne(-100).sum())
 
 
