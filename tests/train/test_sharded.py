@@ -169,6 +169,38 @@ def test_one_process_without_a_launcher_runs_deepspeed(
 
 
 @needs_deepspeed
+@pytest.mark.parametrize("stage, method", [("zero2", "full"), ("zero3", "lora")])
+def test_a_bf16_run_saves_its_fp32_master_weights_as_ddp_does(
+    stage: str,
+    method: str,
+    tiny_whisper_dir,
+    clips,  # noqa: F811
+    tmp_path,
+) -> None:
+    """DeepSpeed's bf16 mode trains a bf16 copy of the model (the fp32 masters live in the
+    optimizer), which save_model writes; final/ must hold the fp32 values, as DDP's does.
+    Trained fp32 values are (almost all) not exactly representable in bf16."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / f"{stage}-{method}"
+    args = _train_args(tiny_whisper_dir, clips, out)
+    args[args.index("--max_steps") + 1] = "2"
+    if method == "lora":
+        args += ["--use_lora"]
+    _ok([sys.executable, "-m", "fitwhisper", *args, "--deepspeed", stage, "--bf16"])
+    name = "adapter_model.safetensors" if method == "lora" else "model.safetensors"
+    weights = load_file(str(out / "final" / name))
+    trained = {k: v for k, v in weights.items() if method == "full" or "lora_" in k}
+    assert trained and all(v.dtype == torch.float32 for v in weights.values())
+    off_grid = sum(int((v != v.to(torch.bfloat16).float()).sum()) for v in trained.values())
+    assert off_grid > 0.5 * sum(v.numel() for v in trained.values())
+    if method == "full":
+        config = json.loads((out / "final" / "config.json").read_text())
+        assert config.get("dtype", config.get("torch_dtype")) == "float32"
+
+
+@needs_deepspeed
 def test_an_oom_under_deepspeed_stops_with_advice_instead_of_splitting(
     tiny_whisper_dir,
     clips,  # noqa: F811

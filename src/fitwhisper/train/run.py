@@ -186,6 +186,7 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
     """RUN/final/, written into RUN/final.partial/ and renamed into place: a run stopped
     while writing it leaves a folder named as unfinished, never a final/ that fails to load."""
     from fitwhisper.train import ranks
+    from fitwhisper.train.master_weights import write_fp32_master_weights
     from fitwhisper.train.methods import finish_final_dir
 
     final_dir, partial, old = out / "final", out / "final.partial", out / "final.old"
@@ -206,6 +207,7 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
         # Every process calls save_model (FSDP and ZeRO-3 gather the shards for it); the
         # main one writes, then completes the folder and renames it while the others wait.
         trainer.save_model(str(partial))
+        write_fp32_master_weights(trainer, partial)  # DeepSpeed in 16 bits: as DDP saves
         ranks.on_main(finish, "writing final/")
     except Exception as e:
         if ranks.is_main():
