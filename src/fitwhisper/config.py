@@ -591,9 +591,10 @@ class TrainConfig:
 
     @property
     def encoder_input_mode(self) -> str:
-        """--encoder_input, with the earlier --short_encoder_input read as trimmed. `train`
-        resolves auto first (train/run.py `_resolve_encoder_input`); a config used without it keeps
-        Whisper's 30 s window."""
-        if self.short_encoder_input and self.encoder_input in ("auto", "full"):
+        """--encoder_input, with the earlier --short_encoder_input read as trimmed, once
+        `train` answered auto (train/run_plan.py, the one place that does)."""
+        if self.encoder_input == "auto":
+            raise ValueError("--encoder_input auto is answered by train/run_plan.py first")
+        if self.short_encoder_input and self.encoder_input == "full":
             return "trimmed"
-        return "full" if self.encoder_input == "auto" else self.encoder_input
+        return self.encoder_input

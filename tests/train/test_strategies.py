@@ -174,7 +174,6 @@ def test_new_conflicts_are_reported_together_before_loading(tmp_path: Path) -> N
     msg = e.value.message
     expected = [
         "--warmup_steps and --warmup_ratio are both set",
-        "--metric_for_best_model cer: this run is scored by wer",
         "--load_best_model_at_end needs --eval_strategy steps or epoch",
         "--early_stopping_patience needs --eval_strategy steps or epoch",
         f"--output_dir {tmp_path / 'run'} already holds checkpoints of an earlier run "

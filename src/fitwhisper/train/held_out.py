@@ -16,17 +16,28 @@ from fitwhisper.config import EvalConfig, ModelConfig, TrainConfig
 log = logging.getLogger(__name__)
 
 
-def score_held_out(model, processor, data, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                   out_dir: Path, *, when: str, window: str = "full"):  # fmt: skip
+def score_held_out(
+    model,
+    processor,
+    data,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    out_dir: Path,
+    *,
+    language: str | None,
+    when: str,
+    window: str = "full",
+):
     """Score `data.eval_rows` with `model`, write predictions and metrics.json to `out_dir`;
-    `when` names the moment in the log ("before fine-tuning", "final"); `window` the
-    encoder window (full: 30 s; short: each batch's longest clip)."""
+    `language` is the run plan's scoring language (it picks metric and normaliser); `when`
+    names the moment in the log ("before fine-tuning", "final"); `window` the encoder
+    window (full: 30 s; short: each batch's longest clip)."""
     from fitwhisper.chinese_script import expected_script
-    from fitwhisper.evaluate import evaluate_model, scoring_language
+    from fitwhisper.evaluate import evaluate_model
 
     rows = data.eval_rows
     cfg = EvalConfig(
-        language=scoring_language(rows, data.language),
+        language=language,
         batch_size=train_cfg.per_device_eval_batch_size,
         generation_max_length=train_cfg.generation_max_length,
         # The model's own output (no conversion): its script share is the point.

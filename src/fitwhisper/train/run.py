@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -13,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
-from fitwhisper.precision import run_precision
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +56,14 @@ def train(
     """
     from fitwhisper.folder_lock import output_folder
     from fitwhisper.train import ranks, setup
+    from fitwhisper.train.run_plan import resolve_options
     from fitwhisper.train.validation import validate
 
-    # 0. Options: a memory plan (--plan, --auto_fit), presets, precision, all checked at
-    #    once, and the output folder writable, before anything loads or is written.
-    model_cfg, train_cfg = _apply_plan(model_cfg, data_cfg, train_cfg, explicit)
-    model_cfg = _apply_method(model_cfg)
-    train_cfg = _resolve_encoder_input(model_cfg, train_cfg)
-    precision = run_precision(train_cfg.fp16, train_cfg.bf16)
-    validate(model_cfg, data_cfg, train_cfg, precision=precision)
+    # 0. Options: a memory plan (--plan, --auto_fit), presets, method, encoder input and
+    #    precision decided once (run_plan.py), all checked at once, and the output folder
+    #    writable, before anything loads or is written.
+    model_cfg, train_cfg, choices = resolve_options(model_cfg, data_cfg, train_cfg, explicit)
+    validate(model_cfg, data_cfg, train_cfg, precision=choices.precision)
     if train_cfg.push_to_hub:
         from fitwhisper.train.hub import check_reachable
 
@@ -83,16 +80,25 @@ def train(
 
     # 2. One run per folder (lock.py); a folder this run made goes again on an early error.
     with output_folder(Path(train_cfg.output_dir)) as out:
-        return _train_in(out, resolved, processor, model_cfg, data_cfg, train_cfg, precision,
-                         callbacks)  # fmt: skip
+        return _train_in(
+            out, resolved, processor, model_cfg, data_cfg, train_cfg, choices, callbacks
+        )
 
 
-def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: DataConfig,
-              train_cfg: TrainConfig, precision, callbacks: tuple) -> TrainResult:  # fmt: skip
+def _train_in(
+    out: Path,
+    resolved,
+    processor,
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    choices,
+    callbacks: tuple,
+) -> TrainResult:
     """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
     from transformers import set_seed
 
-    from fitwhisper.train import ranks, record, resume, rows, setup
+    from fitwhisper.train import ranks, record, resume, rows, run_plan, setup
 
     # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
     manifests = record.manifest_hashes(train_cfg, data_cfg)
@@ -112,6 +118,19 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
         "checking the data",
     )
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
+    # With the held-out rows' languages known, the plan is whole (run_plan.py).
+    plan = run_plan.decide(
+        choices,
+        model_cfg,
+        train_cfg,
+        eval_rows=run_rows.eval,
+        world_size=ranks.world_size(),
+        fsdp=ranks.fsdp_asked(),
+    )
+    precision = plan.precision
+    if ranks.is_main():
+        plan.write(out)
+        plan.log_summary()
 
     # 5. Model (the method decides how it loads and what trains); --seed also fixes the
     #    LoRA adapters' random start (Trainer seeds only after this).
@@ -136,12 +155,12 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     if regression is not None:
         regression.score_before(model)  # the starting weights (Trainer loads a checkpoint later)
     if ranks.is_main():
-        _score_before(model, processor, data, model_cfg, train_cfg, out)
+        _score_before(model, processor, data, model_cfg, train_cfg, out, plan)
     # The others wait for that here, not in the Trainer's first collective (which gives up
     # in minutes, ranks.py).
     ranks.wait_for_main("scoring the starting weights")
     trainer = setup.trainer(
-        model, processor, data, model_cfg, data_cfg, train_cfg, precision,
+        model, processor, data, model_cfg, data_cfg, train_cfg, plan,
         fingerprint=fingerprint, callbacks=callbacks, resumed_step=resumed_step,
     )  # fmt: skip
 
@@ -157,7 +176,9 @@ def _train_in(out: Path, resolved, processor, model_cfg: ModelConfig, data_cfg: 
     #    (the main process; the others are done).
     metrics = {}
     if ranks.is_main():
-        metrics = _score_final(trainer, processor, data, model_cfg, train_cfg, out, regression)
+        metrics = _score_final(
+            trainer, processor, data, model_cfg, train_cfg, out, regression, plan
+        )
     if ranks.is_main():
         from fitwhisper.models.card import write_run_card
 
@@ -220,55 +241,7 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
     return final_dir
 
 
-def _apply_plan(
-    model_cfg: ModelConfig,
-    data_cfg: DataConfig,
-    train_cfg: TrainConfig,
-    explicit: set[str] | None,
-) -> tuple[ModelConfig, TrainConfig]:
-    """`--plan FILE` or `--auto_fit` written over the options (memory/fit.py)."""
-    if not (train_cfg.plan or train_cfg.auto_fit):
-        return model_cfg, train_cfg
-    from fitwhisper.memory.fit import resolve_plan
-
-    if explicit is None:  # a library call: what differs from the defaults was chosen
-        explicit = set()
-        for cfg in (model_cfg, data_cfg, train_cfg):
-            defaults = dataclasses.asdict(type(cfg)())
-            explicit |= {k for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}
-    return resolve_plan(model_cfg, data_cfg, train_cfg, explicit)
-
-
-def _apply_method(model_cfg: ModelConfig) -> ModelConfig:
-    """The model preset (Breeze-ASR-25: zh, Traditional output), and LoRA switched on for a
-    quantised base, which cannot be trained directly; the run record says what ran."""
-    from fitwhisper.method import method_of
-    from fitwhisper.models.presets import apply_model_preset
-
-    model_cfg = apply_model_preset(model_cfg)
-    if method_of(model_cfg) != "full" and not model_cfg.use_lora:
-        log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
-        model_cfg = dataclasses.replace(model_cfg, use_lora=True)
-    return model_cfg
-
-
-def _resolve_encoder_input(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfig:
-    """--encoder_input auto: mixed (trimmed batches, a share at 30 s) when the encoder
-    trains; full with --freeze_encoder, whose pretrained encoder never learns the short
-    window (bench: 74% WER at 30 s on English digit strings after trimmed training with
-    it), and with --cache_encoder_outputs, whose cache holds 30 s outputs."""
-    if train_cfg.encoder_input != "auto":
-        return train_cfg
-    if train_cfg.short_encoder_input:
-        mode = "trimmed"
-    elif model_cfg.freeze_encoder or train_cfg.cache_encoder_outputs:
-        mode = "full"
-    else:
-        mode = "mixed"
-    return dataclasses.replace(train_cfg, encoder_input=mode, short_encoder_input=False)
-
-
-def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regression):
+def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regression, plan):
     """The final model on the held-out clips (RUN/eval/) and the regression set, after
     handing back what only training needed (gradients, optimizer states)."""
     from fitwhisper.memory.backoff import release_memory
@@ -289,16 +262,32 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
     release_memory()
     res = None
     if data.eval_ds is not None:
-        res = score_held_out(model, processor, data, model_cfg, train_cfg, out / "eval",
-                             when="final")  # fmt: skip
+        res = score_held_out(
+            model,
+            processor,
+            data,
+            model_cfg,
+            train_cfg,
+            out / "eval",
+            language=plan.scoring_language,
+            when="final",
+        )
         metrics[res.score.metric] = res.score.normalized
         if "script" in (extra := res.extra_figures()):
             metrics["script_share"] = extra["script"]["share_in_expected_script"]
 
     def score_short():
-        return score_held_out(model, processor, data, model_cfg, train_cfg,
-                              out / "eval" / "short_window", when="short-window",
-                              window="short").score  # fmt: skip
+        return score_held_out(
+            model,
+            processor,
+            data,
+            model_cfg,
+            train_cfg,
+            out / "eval" / "short_window",
+            language=plan.scoring_language,
+            when="short-window",
+            window="short",
+        ).score
 
     metrics |= settle_window(model, out / "final", score_short, res.score if res else None)
     if regression is not None:
@@ -308,7 +297,7 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
     return metrics
 
 
-def _score_before(model, processor, data, model_cfg, train_cfg, out: Path) -> None:
+def _score_before(model, processor, data, model_cfg, train_cfg, out: Path, plan) -> None:
     """The held-out clips with the starting weights (RUN/eval/before/), once per run folder:
     the base's figure beside the final one in the model card."""
     before = out / "eval" / "before"
@@ -323,7 +312,16 @@ def _score_before(model, processor, data, model_cfg, train_cfg, out: Path) -> No
         return
     from fitwhisper.train.held_out import score_held_out
 
-    score_held_out(model, processor, data, model_cfg, train_cfg, before, when="before fine-tuning")
+    score_held_out(
+        model,
+        processor,
+        data,
+        model_cfg,
+        train_cfg,
+        before,
+        language=plan.scoring_language,
+        when="before fine-tuning",
+    )
 
 
 def _reloaded_final(final_dir: Path):

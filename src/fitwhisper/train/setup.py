@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
-from fitwhisper.method import method_of
 from fitwhisper.precision import Precision
 
 
@@ -114,25 +113,26 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
 
 
 def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: DataConfig,
-            train_cfg: TrainConfig, precision: Precision, *, fingerprint: dict,
+            train_cfg: TrainConfig, plan, *, fingerprint: dict,
             callbacks: tuple = (), resumed_step: int | None = None):  # fmt: skip
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
-    from fitwhisper.evaluate import make_scorer, metrics_fn, scoring_language
+    from fitwhisper.evaluate import make_scorer, metrics_fn
     from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.train import trainer as parts
     from fitwhisper.train.guard import NonFiniteGuard
 
     has_eval = data.eval_ds is not None
-    best = parts.best_metric(model_cfg, train_cfg)
-    args = parts.training_arguments(train_cfg, precision, has_eval=has_eval, best_metric=best,
-                                    method=method_of(model_cfg))  # fmt: skip
+    precision = plan.precision
+    args = parts.training_arguments(
+        train_cfg, precision, has_eval=has_eval, best_metric=plan.best_metric, method=plan.method
+    )
     parts.one_gpu_without_launcher(args)
     compute_metrics = None
     if has_eval:
-        # The clips' own language column counts, as in `fitwhisper evaluate`.
-        metric, normalizer = make_scorer(scoring_language(data.eval_rows, data.language))
+        # The plan's metric, so the one logged is the one the best checkpoint is chosen by.
+        metric, normalizer = make_scorer(plan.scoring_language)
         compute_metrics = metrics_fn(processor.tokenizer, [r.text for r in data.eval_rows],
                                      metric, normalizer)  # fmt: skip
     # Steps count what the sampler draws: clips, or packed windows of several clips.

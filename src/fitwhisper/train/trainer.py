@@ -11,7 +11,7 @@ import logging
 import math
 from pathlib import Path
 
-from fitwhisper.config import ModelConfig, TrainConfig
+from fitwhisper.config import TrainConfig
 from fitwhisper.method import Method
 from fitwhisper.precision import Precision
 from fitwhisper.train.ranks import COLLECTIVE_TIMEOUT
@@ -127,15 +127,6 @@ def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     Trainer.run_fingerprint = run_fingerprint
 
     return Trainer
-
-
-def best_metric(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:
-    """metric_for_best_model for Trainer: the run's own metric unless another is asked for."""
-    if not (cfg.load_best_model_at_end or cfg.early_stopping_patience):
-        return None
-    from fitwhisper.scoring import metric_for_language
-
-    return cfg.metric_for_best_model or metric_for_language(model_cfg.language)
 
 
 def early_stopping(cfg: TrainConfig) -> list:

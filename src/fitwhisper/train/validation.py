@@ -101,15 +101,9 @@ def _schedule_problems(cfg: TrainConfig) -> list[str]:
 
 
 def _best_model_problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
-    from fitwhisper.scoring import metric_for_language
-
+    # Whether --metric_for_best_model matches the run's metric waits for the held-out rows'
+    # languages (train/run_plan.py).
     problems = []
-    run_metric = metric_for_language(model_cfg.language)
-    if cfg.metric_for_best_model not in (None, run_metric, "loss"):
-        problems.append(
-            f"--metric_for_best_model {cfg.metric_for_best_model}: this run is scored by "
-            f"{run_metric} (language {model_cfg.language or 'English'}); use {run_metric} or loss"
-        )
     if cfg.load_best_model_at_end:
         if cfg.eval_strategy == "no":
             problems.append("--load_best_model_at_end needs --eval_strategy steps or epoch")

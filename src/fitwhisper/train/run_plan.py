@@ -1,0 +1,207 @@
+"""What a `train` run decided, once: every "auto" answered, with its reason, before the
+model loads; recorded as RUN/run_plan.json.
+
+Two moments, one object. `resolve_options` answers what the options alone decide, before
+anything is written: the memory plan (--plan, --auto_fit), the model's preset and the
+method, the encoder input and the precision. `RunPlan` adds what the checked rows decide
+(the language the held-out clips are scored in, hence the metric the Trainer selects the
+best checkpoint on, which must be the one it logs) and the process layout. Downstream
+code reads the plan and re-derives nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.errors import ConfigError
+from fitwhisper.method import METHOD_NAMES, Method, method_of
+from fitwhisper.precision import Precision, run_precision
+
+log = logging.getLogger(__name__)
+
+PLAN_FILE = "run_plan.json"
+
+
+@dataclass(frozen=True)
+class OptionChoices:
+    """What the options decide on this machine (`resolve_options`)."""
+
+    method: Method
+    precision: Precision
+    encoder_input: str  # full, trimmed or mixed
+    why: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Every decision of a run that an option left to fitwhisper, and why."""
+
+    method: Method
+    precision: Precision
+    encoder_input: str
+    language: str | None  # the language token the model is prompted with; None: none asked
+    scoring_language: str | None  # the held-out clips' (their own column, else --language)
+    metric: str  # wer or cer: what the held-out clips are scored and logged by
+    normalizer: str
+    best_metric: str | None  # Trainer's metric_for_best_model; None: the last step is kept
+    processes: int
+    sharding: str  # none, deepspeed NAME, or fsdp
+    why: dict[str, str] = field(default_factory=dict)
+
+    def write(self, run_dir: Path) -> Path:
+        path = Path(run_dir) / PLAN_FILE
+        path.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n", encoding="utf-8")
+        return path
+
+    def log_summary(self) -> None:
+        log.info(
+            "run plan: %s, %s, encoder input %s, scored by %s (%s), %d process(es)%s",
+            METHOD_NAMES[self.method],
+            self.precision,
+            self.encoder_input,
+            self.metric.upper(),
+            self.scoring_language or "English",
+            self.processes,
+            "" if self.sharding == "none" else f", {self.sharding}",
+        )
+
+
+def resolve_options(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    explicit: set[str] | None,
+) -> tuple[ModelConfig, TrainConfig, OptionChoices]:
+    """The options with the memory plan, the model preset and the method applied and
+    --encoder_input auto answered; and what was chosen, with reasons."""
+    why: dict[str, str] = {}
+    model_cfg, train_cfg = _apply_memory_plan(model_cfg, data_cfg, train_cfg, explicit, why)
+    model_cfg = _apply_method(model_cfg, why)
+    train_cfg = _resolve_encoder_input(model_cfg, train_cfg, why)
+    precision = run_precision(train_cfg.fp16, train_cfg.bf16)
+    asked = train_cfg.fp16 is not None or train_cfg.bf16 is not None
+    why["precision"] = (
+        "--fp16/--bf16 as given"
+        if asked
+        else "no --fp16/--bf16: bf16 on a GPU that has it, fp16 on other GPUs, fp32 on CPU"
+    )
+    choices = OptionChoices(method_of(model_cfg), precision, train_cfg.encoder_input, why)
+    return model_cfg, train_cfg, choices
+
+
+def decide(
+    choices: OptionChoices,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    *,
+    eval_rows: list,
+    world_size: int,
+    fsdp: bool,
+) -> RunPlan:
+    """The whole plan, once the held-out rows are checked (their language column counts).
+
+    Raises:
+        ConfigError: --metric_for_best_model other than the run's metric or loss.
+    """
+    from fitwhisper.evaluate import make_scorer, scoring_language
+
+    why = dict(choices.why)
+    scored_in = scoring_language(eval_rows, model_cfg.language) if eval_rows else None
+    if not eval_rows:
+        scored_in = model_cfg.language
+    metric, normalizer = make_scorer(scored_in)
+    why["metric"] = (
+        f"the held-out clips are in {scored_in}" if scored_in else "English (no language given)"
+    ) + f": {metric.upper()}"
+    best = None
+    if train_cfg.load_best_model_at_end or train_cfg.early_stopping_patience:
+        asked = train_cfg.metric_for_best_model
+        if asked not in (None, metric, "loss"):
+            raise ConfigError(
+                f"--metric_for_best_model {asked}: this run's held-out clips are scored by "
+                f"{metric} (language {scored_in or 'English'})",
+                hint=f"use --metric_for_best_model {metric} or loss, or leave it unset",
+            )
+        best = asked or metric
+        why["best_metric"] = "as given" if asked else "the metric the held-out clips are scored by"
+    sharding = "none"
+    if train_cfg.deepspeed:
+        sharding = f"deepspeed {train_cfg.deepspeed}"
+    elif fsdp:
+        sharding = "fsdp"
+    return RunPlan(
+        method=choices.method,
+        precision=choices.precision,
+        encoder_input=choices.encoder_input,
+        language=model_cfg.language,
+        scoring_language=scored_in,
+        metric=metric,
+        normalizer=normalizer.name,
+        best_metric=best,
+        processes=world_size,
+        sharding=sharding,
+        why=why,
+    )
+
+
+def _apply_memory_plan(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    explicit: set[str] | None,
+    why: dict[str, str],
+) -> tuple[ModelConfig, TrainConfig]:
+    """`--plan FILE` or `--auto_fit` written over the options (memory/fit.py)."""
+    if not (train_cfg.plan or train_cfg.auto_fit):
+        return model_cfg, train_cfg
+    from fitwhisper.memory.fit import resolve_plan
+
+    if explicit is None:  # a library call: what differs from the defaults was chosen
+        explicit = set()
+        for cfg in (model_cfg, data_cfg, train_cfg):
+            defaults = dataclasses.asdict(type(cfg)())
+            explicit |= {k for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}
+    why["memory"] = f"--plan {train_cfg.plan}" if train_cfg.plan else "--auto_fit"
+    return resolve_plan(model_cfg, data_cfg, train_cfg, explicit)
+
+
+def _apply_method(model_cfg: ModelConfig, why: dict[str, str]) -> ModelConfig:
+    """The model preset (Breeze-ASR-25: zh, Traditional output), and LoRA switched on for a
+    quantised base, which cannot be trained directly."""
+    from fitwhisper.models.presets import apply_model_preset
+
+    model_cfg = apply_model_preset(model_cfg)
+    method = method_of(model_cfg)
+    why["method"] = "--use_lora, --use_8bit, --use_4bit as given (none: full)"
+    if method != "full" and not model_cfg.use_lora:
+        log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
+        model_cfg = dataclasses.replace(model_cfg, use_lora=True)
+        why["method"] = "a quantised base trains LoRA adapters only: --use_lora on"
+    return model_cfg
+
+
+def _resolve_encoder_input(
+    model_cfg: ModelConfig, train_cfg: TrainConfig, why: dict[str, str]
+) -> TrainConfig:
+    """--encoder_input auto: mixed (trimmed batches, a share at 30 s) when the encoder
+    trains; full with --freeze_encoder, whose pretrained encoder never learns the short
+    window (bench: 74% WER at 30 s on English digit strings after trimmed training with
+    it), and with --cache_encoder_outputs, whose cache holds 30 s outputs."""
+    if train_cfg.encoder_input != "auto":
+        why["encoder_input"] = "--encoder_input as given"
+        return train_cfg
+    if train_cfg.short_encoder_input:
+        mode, reason = "trimmed", "--short_encoder_input (the earlier name of trimmed)"
+    elif model_cfg.freeze_encoder:
+        mode, reason = "full", "--freeze_encoder: a frozen encoder never learns a short window"
+    elif train_cfg.cache_encoder_outputs:
+        mode, reason = "full", "--cache_encoder_outputs caches 30 s encoder outputs"
+    else:
+        mode, reason = "mixed", "the encoder trains: trimmed batches with a share at 30 s"
+    why["encoder_input"] = reason
+    return dataclasses.replace(train_cfg, encoder_input=mode, short_encoder_input=False)

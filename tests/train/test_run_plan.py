@@ -1,0 +1,101 @@
+"""The run plan (train/run_plan.py): every "auto" of a run answered once, recorded in the
+run folder, and read by what follows; above all, the metric the Trainer selects the best
+checkpoint on is the one it logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tests.conftest import write_tone
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.errors import ConfigError
+from fitwhisper.train.run_plan import decide, resolve_options
+
+
+def _plan(eval_languages: list[str | None], **train):
+    model_cfg, train_cfg, choices = resolve_options(
+        ModelConfig(model="offline/base"), DataConfig(), TrainConfig(**train), explicit=set()
+    )
+    rows = [SimpleNamespace(language=lang) for lang in eval_languages]
+    return decide(choices, model_cfg, train_cfg, eval_rows=rows, world_size=1, fsdp=False)
+
+
+def test_rows_tagged_zh_without_language_are_scored_and_selected_by_cer() -> None:
+    plan = _plan(["zh", "zh"], load_best_model_at_end=True)
+    assert (plan.scoring_language, plan.metric, plan.best_metric) == ("zh", "cer", "cer")
+    assert plan.normalizer == "chinese"
+    assert "zh" in plan.why["metric"]
+
+
+def test_untagged_english_rows_and_no_best_model() -> None:
+    plan = _plan([None])
+    assert (plan.metric, plan.best_metric, plan.normalizer) == ("wer", None, "whisper_english")
+    assert plan.encoder_input == "mixed" and plan.precision == "fp32"
+    assert plan.method == "full" and plan.sharding == "none"
+
+
+def test_a_best_model_metric_other_than_the_rows_metric_is_refused() -> None:
+    with pytest.raises(ConfigError) as e:
+        _plan(["zh"], load_best_model_at_end=True, metric_for_best_model="wer")
+    assert "scored by cer (language zh)" in e.value.message
+    assert _plan(["zh"], early_stopping_patience=2, metric_for_best_model="loss").best_metric == (
+        "loss"
+    )
+
+
+def test_the_options_decide_encoder_input_and_method_with_reasons() -> None:
+    _, train_cfg, choices = resolve_options(
+        ModelConfig(model="offline/base", use_4bit=True, freeze_encoder=True),
+        DataConfig(),
+        TrainConfig(),
+        explicit=set(),
+    )
+    assert choices.method == "4bit" and choices.encoder_input == "full"
+    assert train_cfg.encoder_input == "full"
+    assert "--freeze_encoder" in choices.why["encoder_input"]
+    assert "LoRA" in choices.why["method"]
+
+
+def test_a_run_on_zh_rows_without_language_selects_on_the_cer_it_logs(
+    tiny_multilingual_dir: Path, tmp_path: Path
+) -> None:
+    """Before the plan, the Trainer looked for eval_wer (from --language, unset) while the
+    held-out clips were scored by CER (their own column): the run failed at its first
+    evaluation."""
+    from fitwhisper.cli import main
+
+    rows = []
+    for i, text in enumerate(["你好", "謝謝你", "再見了", "早安"]):
+        wav = write_tone(tmp_path / f"{i}.wav", 1.0 + 0.2 * i, freq=300 + 50 * i)
+        rows.append({"audio": str(wav), "text": text, "language": "zh"})
+    manifest = tmp_path / "zh.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    out = tmp_path / "run"
+    flags = {
+        "--model": tiny_multilingual_dir,
+        "--train_manifest": manifest,
+        "--eval_manifest": manifest,
+        "--output_dir": out,
+        "--max_steps": 2,
+        "--per_device_train_batch_size": 2,
+        "--eval_strategy": "steps",
+        "--eval_steps": 1,
+        "--save_strategy": "steps",
+        "--save_steps": 1,
+        "--generation_max_length": 6,
+        "--report_to": "none",
+    }
+    args = [str(x) for pair in flags.items() for x in pair]
+    code = main(["train", *args, "--load_best_model_at_end", "--no-score_before", "-q"])
+    assert code in (0, None)
+    plan = json.loads((out / "run_plan.json").read_text())
+    assert (plan["scoring_language"], plan["metric"], plan["best_metric"]) == ("zh", "cer", "cer")
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert sum("eval_cer" in e for e in state["log_history"]) == 2
+    assert not any("eval_wer" in e for e in state["log_history"])
+    assert state["best_model_checkpoint"] is not None
+    assert json.loads((out / "eval" / "metrics.json").read_text())["metric"] == "cer"
