@@ -27,7 +27,17 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
     **dict.fromkeys(
-        ("errors", "logs", "eval_config", "precision", "method", "option_ranges", "__init__"), 0
+        (
+            "errors",
+            "logs",
+            "eval_config",
+            "tune_config",
+            "precision",
+            "method",
+            "option_ranges",
+            "__init__",
+        ),
+        0,
     ),
     "config": 1,  # re-exports eval_config's EvalConfig
     **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock"), 1),
@@ -35,7 +45,7 @@ LAYERS = {
     **dict.fromkeys(("data", "memory"), 3),
     **dict.fromkeys(("evaluate", "transcribe"), 4),
     **dict.fromkeys(("train", "export"), 5),
-    "demo": 6,
+    **dict.fromkeys(("demo", "tune"), 6),
     "cli": 7,
     "__main__": 8,  # `python -m fitwhisper` runs cli.main
 }

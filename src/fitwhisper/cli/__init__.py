@@ -35,6 +35,7 @@ from fitwhisper.cli import (
     plan,
     train,
     transcribe,
+    tune,
 )
 from fitwhisper.cli.flags import add_options, build_config
 from fitwhisper.errors import FitWhisperError, OutOfMemoryError
@@ -66,6 +67,7 @@ COMMANDS = [
     models,
     demo,
     train,
+    tune,
     evaluate,
     transcribe,
     merge,

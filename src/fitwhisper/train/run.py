@@ -31,6 +31,7 @@ class TrainResult:
     resumed_from: Path | None = None
     best_checkpoint: Path | None = None
     skipped_steps: int = 0  # optimizer steps dropped for a non-finite loss or gradient
+    metric: str = "wer"  # the held-out clips' metric, a key of eval_metrics when scored
 
 
 def train(
@@ -200,6 +201,7 @@ def _train_in(
         resumed_from=resume_from,
         best_checkpoint=Path(best) if best else None,
         skipped_steps=trainer.nonfinite_guard.skipped,
+        metric=plan.metric,
     )
 
 

@@ -1,0 +1,174 @@
+"""`fitwhisper tune`: a hyperparameter search with Optuna over `train`'s own options,
+judged by the held-out clips' error by generation.
+
+The study folder (--output_dir) holds the study's storage (SQLite by default), one normal
+run folder per trial (trials/trial-NNN), the table of trials (trials.md) and the best
+trial's options as a config for `train --config` (best_config.yaml). The study's first
+trial is the user's own options, so the table shows what the search gained over them.
+
+- space.py: the search space per method and `--search` overrides
+- study.py: the storage, the study, and trials a killed tune left running
+- trials.py: one trial: its options, fitted to memory, trained, reported for pruning
+- results.py: the best trials' models kept, the table, the best config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.errors import ConfigError
+from fitwhisper.tune_config import TuneConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    study_dir: Path
+    table: str
+    best_trial: int | None
+    best_error: float | None
+    best_config: Path | None
+    trials_run_here: int
+
+
+def search_space(model_cfg: ModelConfig, train_cfg: TrainConfig, tune_cfg: TuneConfig):
+    """The dimensions and the fixed options of this search (defaults, then --search)."""
+    from fitwhisper.method import method_of
+    from fitwhisper.models.presets import apply_model_preset
+    from fitwhisper.tune.space import apply_overrides, default_space
+
+    method = method_of(apply_model_preset(model_cfg))
+    space = default_space(method, by_epochs=train_cfg.max_steps <= 0)
+    return apply_overrides(space, tune_cfg.search)
+
+
+def tune(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    tune_cfg: TuneConfig,
+    *,
+    explicit: set[str] | None = None,
+) -> TuneResult:
+    """Run (or continue) the study in `train_cfg.output_dir` until it holds
+    `tune_cfg.n_trials` finished or pruned trials.
+
+    Raises:
+        ConfigError: no held-out manifest, a launcher, an unreadable search space or
+            storage, or options `train` refuses (checked once, before the first trial).
+    """
+    import optuna
+
+    from fitwhisper.train import ranks
+    from fitwhisper.tune.results import keep_best_finals, write_results
+    from fitwhisper.tune.study import (
+        COUNTED_STATES,
+        counted,
+        open_study,
+        settle_stale_trials,
+        storage_for,
+    )
+    from fitwhisper.tune.trials import Objective
+
+    _check(model_cfg, data_cfg, train_cfg, ranks.world_size())
+    space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
+    explicit = set(explicit or ())
+    study_dir = Path(train_cfg.output_dir)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
+    name = tune_cfg.study_name or study_dir.resolve().name
+    study = open_study(storage, name, train_cfg.seed)
+    settle_stale_trials(study, tune_cfg.heartbeat_s)
+    if not study.get_trials(deepcopy=False):
+        study.enqueue_trial(
+            _own_values(model_cfg, train_cfg, space),
+            user_attrs={"baseline": True},
+            skip_if_exists=True,
+        )
+    remaining = tune_cfg.n_trials - counted(study)
+    before = len(study.get_trials(deepcopy=False))
+    if remaining > 0:
+        objective = Objective(
+            model_cfg,
+            data_cfg,
+            train_cfg,
+            space,
+            fixed,
+            study_dir,
+            explicit,
+            _memory_budget(train_cfg),
+        )
+        states = tuple(getattr(optuna.trial.TrialState, s) for s in COUNTED_STATES)
+        study.optimize(
+            objective,
+            n_trials=remaining,
+            callbacks=[
+                optuna.study.MaxTrialsCallback(tune_cfg.n_trials, states=states),
+                keep_best_finals(tune_cfg.keep_best),
+            ],
+            gc_after_trial=True,
+        )
+    else:
+        log.info("the study already holds %d counted trials", counted(study))
+    table = write_results(study, study_dir)
+    done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
+    best = min(done, key=lambda t: t.value) if done else None
+    return TuneResult(
+        study_dir=study_dir,
+        table=table,
+        best_trial=best.number if best else None,
+        best_error=best.value if best else None,
+        best_config=study_dir / "best_config.yaml" if best else None,
+        trials_run_here=len(study.get_trials(deepcopy=False)) - before,
+    )
+
+
+def _check(model_cfg, data_cfg, train_cfg: TrainConfig, world: int) -> None:
+    """What `tune` needs, and `train`'s own checks of the options, before any trial."""
+    from fitwhisper.train.validation import validate
+
+    if not train_cfg.eval_manifest:
+        raise ConfigError(
+            "tune needs --eval_manifest: each trial is judged by its error on held-out clips",
+            hint="hold out clips the training never sees, ideally of other speakers "
+            "(`fitwhisper check-data` counts them), and pass them as --eval_manifest",
+        )
+    if world > 1:
+        raise ConfigError(
+            "tune runs each trial in one process; it was started by a launcher",
+            hint="start one `fitwhisper tune` per GPU (CUDA_VISIBLE_DEVICES=N) with the same "
+            "--output_dir or --storage: they share one study",
+        )
+    probe = dataclasses.replace(train_cfg, output_dir=str(Path(train_cfg.output_dir) / "trials"))
+    validate(model_cfg, data_cfg, probe)
+
+
+def _own_values(model_cfg: ModelConfig, train_cfg: TrainConfig, space) -> dict:
+    """The user's own value of each searched option, where it lies in the space."""
+    from fitwhisper.tune.space import Choice
+
+    values = {}
+    for name, dim in space.items():
+        value = getattr(model_cfg if hasattr(model_cfg, name) else train_cfg, name)
+        if isinstance(dim, Choice):
+            if value in dim.values:
+                values[name] = value
+        elif dim.low <= value <= dim.high:
+            values[name] = int(value) if dim.integer else value
+    return values
+
+
+def _memory_budget(train_cfg: TrainConfig) -> int | None:
+    """The GPU memory each trial must fit: --gpu_memory, else the visible GPU's; None on a
+    machine without CUDA and no --gpu_memory (nothing to fit)."""
+    from fitwhisper.memory.search import detected_gpu_memory, parse_memory
+
+    if train_cfg.gpu_memory:
+        return parse_memory(train_cfg.gpu_memory)
+    return detected_gpu_memory()

@@ -1,0 +1,183 @@
+"""The search space of `fitwhisper tune`: defaults per training method, changed one option
+at a time by `--search NAME=SPEC`.
+
+Every name is a `train` option, so a trial is the user's options with a few replaced and
+the best trial's options are a config `train --config` takes. The default ranges follow
+what fine-tuning Whisper needs per method: full fine-tuning moves every weight and wants a
+small learning rate (3e-6 to 1e-4 around the usual 1e-5); LoRA trains a few new weights
+from zero and wants a larger one (1e-5 to 3e-3 around the usual 1e-3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fitwhisper.errors import ConfigError
+from fitwhisper.method import Method
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+    def suggest(self, trial, name: str):
+        if self.integer:
+            return trial.suggest_int(name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(name, self.low, self.high, log=self.log)
+
+    def distribution(self):
+        from optuna.distributions import FloatDistribution, IntDistribution
+
+        if self.integer:
+            return IntDistribution(int(self.low), int(self.high), log=self.log)
+        return FloatDistribution(self.low, self.high, log=self.log)
+
+    def __str__(self) -> str:
+        return f"{self.low:g}..{self.high:g}" + (":log" if self.log else "")
+
+
+@dataclass(frozen=True)
+class Choice:
+    values: tuple
+
+    def suggest(self, trial, name: str):
+        return trial.suggest_categorical(name, list(self.values))
+
+    def distribution(self):
+        from optuna.distributions import CategoricalDistribution
+
+        return CategoricalDistribution(list(self.values))
+
+    def __str__(self) -> str:
+        return "|".join(str(v) for v in self.values)
+
+
+Dimension = Range | Choice
+
+# Options a search may change: those that shape what the model learns, not what the run
+# produces (paths, logging) or how memory is spent (the plan chooses batch and accumulation).
+SEARCHABLE = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "warmup_ratio",
+    "weight_decay",
+    "lr_scheduler_type",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "freeze_encoder",
+    "full_window_share",
+    "seed",
+)
+
+_COMMON: dict[str, Dimension] = {
+    "warmup_ratio": Range(0.0, 0.2),
+    "weight_decay": Range(0.0, 0.1),
+}
+_BY_METHOD: dict[str, dict[str, Dimension]] = {
+    "full": {"learning_rate": Range(3e-6, 1e-4, log=True)},
+    "lora": {
+        "learning_rate": Range(1e-5, 3e-3, log=True),
+        "lora_r": Choice((8, 16, 32, 64)),
+        "lora_alpha": Choice((16, 32, 64)),
+        "lora_dropout": Range(0.0, 0.1),
+    },
+}
+
+
+def default_space(method: Method, *, by_epochs: bool) -> dict[str, Dimension]:
+    """The default dimensions for `method`; the number of epochs too when the run trains by
+    epochs (with --max_steps the user fixed the length)."""
+    space = dict(_BY_METHOD["full" if method == "full" else "lora"]) | _COMMON
+    if by_epochs:
+        space["num_train_epochs"] = Range(1, 5, integer=True)
+    return space
+
+
+def apply_overrides(
+    space: dict[str, Dimension], specs: list[str]
+) -> tuple[dict[str, Dimension], dict[str, Any]]:
+    """`space` changed by each `--search NAME=SPEC`; returns it and the options fixed by
+    NAME=VALUE.
+
+    Raises:
+        ConfigError: every spec that cannot be read, all listed at once.
+    """
+    space, fixed, problems = dict(space), {}, []
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not text:
+            problems.append(f"--search {spec}: write NAME=SPEC, e.g. learning_rate=1e-5..1e-3:log")
+            continue
+        if name not in SEARCHABLE:
+            problems.append(
+                f"--search {spec}: {name} is not searchable; one of " + ", ".join(SEARCHABLE)
+            )
+            continue
+        try:
+            parsed = parse_spec(text)
+        except ValueError as e:
+            problems.append(f"--search {spec}: {e}")
+            continue
+        space.pop(name, None)
+        if parsed is None:  # off
+            continue
+        if isinstance(parsed, (Range, Choice)):
+            space[name] = parsed
+        else:
+            fixed[name] = parsed
+    if problems:
+        raise ConfigError(
+            "the search space cannot be read:\n  - " + "\n  - ".join(problems),
+            hint="NAME=LOW..HIGH[:log], NAME=A|B|C, NAME=VALUE or NAME=off; "
+            "`fitwhisper tune --show_space` prints the defaults",
+        )
+    return space, fixed
+
+
+def parse_spec(text: str) -> Dimension | Any | None:
+    """LOW..HIGH[:log] -> Range (integers when both ends are), A|B -> Choice, off -> None,
+    anything else -> a fixed value."""
+    if text == "off":
+        return None
+    if ".." in text:
+        body, _, scale = text.partition(":")
+        if scale not in ("", "log"):
+            raise ValueError(f"unknown scale :{scale} (only :log)")
+        low_text, high_text = body.split("..", 1)
+        low, high = _number(low_text), _number(high_text)
+        if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+            raise ValueError("a range needs two numbers")
+        if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+            raise ValueError(f"{low_text}..{high_text} is not a range from low to high")
+        if scale == "log" and low <= 0:
+            raise ValueError("a log scale needs a positive low end")
+        return Range(
+            low, high, log=scale == "log", integer=all(isinstance(v, int) for v in (low, high))
+        )
+    if "|" in text:
+        return Choice(tuple(_number(v) for v in text.split("|")))
+    return _number(text)
+
+
+def _number(text: str):
+    text = text.strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def describe(space: dict[str, Dimension], fixed: dict[str, Any]) -> str:
+    lines = [f"  {name:<20} {dim}" for name, dim in space.items()]
+    lines += [f"  {name:<20} {value} (fixed)" for name, value in fixed.items()]
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""One trial of `fitwhisper tune`: the user's options with the sampled ones written over
+them, fitted to the GPU's memory by the planner, trained as a normal run in its own folder
+(STUDY/trials/trial-NNN), scored on the held-out clips by generation.
+
+Each evaluation during training reports its error to Optuna, whose pruner stops a trial
+that is doing worse than the others did at the same step. A trial the planner says will not
+fit is pruned before any model loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.tune.space import Dimension
+
+log = logging.getLogger(__name__)
+
+TRIALS_DIR = "trials"
+
+
+def trial_dir(study_dir: Path, number: int) -> Path:
+    return study_dir / TRIALS_DIR / f"trial-{number:03d}"
+
+
+@dataclasses.dataclass
+class Objective:
+    """What Optuna calls once per trial: the held-out error of a run with its parameters."""
+
+    model_cfg: ModelConfig
+    data_cfg: DataConfig
+    train_cfg: TrainConfig
+    space: dict[str, Dimension]
+    fixed: dict[str, Any]
+    study_dir: Path
+    explicit: set[str]
+    budget_bytes: int | None  # GPU memory a trial must fit; None: not checked (no GPU)
+
+    def __call__(self, trial) -> float:
+        import optuna
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+        from fitwhisper.errors import OutOfMemoryError
+        from fitwhisper.train import train
+
+        # A retried trial (its process was killed) carries on in the killed one's folder.
+        frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
+        first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
+        out = trial_dir(self.study_dir, trial.number if first is None else first)
+        sampled = {name: dim.suggest(trial, name) for name, dim in self.space.items()}
+        model_cfg, train_cfg = options_for(
+            self.model_cfg, self.train_cfg, sampled | self.fixed, self.explicit
+        )
+        train_cfg = dataclasses.replace(train_cfg, output_dir=str(out), **_restart(out))
+        if self.budget_bytes is not None:
+            model_cfg, train_cfg = fitted(model_cfg, self.data_cfg, train_cfg, self.budget_bytes)
+        trial.set_user_attr("run_dir", str(out))
+        trial.set_user_attr("per_device_train_batch_size", train_cfg.per_device_train_batch_size)
+        trial.set_user_attr("gradient_accumulation_steps", train_cfg.gradient_accumulation_steps)
+        log.info("trial %d: %s", trial.number, ", ".join(f"{k}={v}" for k, v in sampled.items()))
+        try:
+            result = train(
+                model_cfg,
+                self.data_cfg,
+                train_cfg,
+                callbacks=(PruningReporter(trial),),
+                explicit=self.explicit | set(sampled),
+            )
+        except OutOfMemoryError as e:  # the planner was wrong, or no plan (no GPU figure)
+            raise optuna.TrialPruned(f"out of memory: {e.message}") from e
+        value = result.eval_metrics[result.metric]
+        trial.set_user_attr("metric", result.metric)
+        return value
+
+
+def options_for(
+    model_cfg: ModelConfig, train_cfg: TrainConfig, values: dict[str, Any], explicit: set[str]
+) -> tuple[ModelConfig, TrainConfig]:
+    """The configs with `values` written over them (each name is a field of one of the two),
+    and evaluations during training, for the pruner, unless the user chose otherwise."""
+    model_names = {f.name for f in dataclasses.fields(ModelConfig)}
+    model_cfg = dataclasses.replace(
+        model_cfg, **{k: v for k, v in values.items() if k in model_names}
+    )
+    train_cfg = dataclasses.replace(
+        train_cfg, **{k: v for k, v in values.items() if k not in model_names}
+    )
+    if train_cfg.eval_strategy == "no" and "eval_strategy" not in explicit:
+        if train_cfg.max_steps > 0:
+            steps = max(1, train_cfg.max_steps // 3)
+            train_cfg = dataclasses.replace(train_cfg, eval_strategy="steps", eval_steps=steps)
+        else:
+            train_cfg = dataclasses.replace(train_cfg, eval_strategy="epoch")
+    if train_cfg.save_strategy == "no" and "save_strategy" not in explicit:
+        # A checkpoint at each evaluation, the last one only: a killed trial resumes there.
+        train_cfg = dataclasses.replace(
+            train_cfg,
+            save_strategy=train_cfg.eval_strategy,
+            save_steps=train_cfg.eval_steps or train_cfg.save_steps,
+            save_total_limit=1,
+        )
+    # The starting weights score the same in every trial; the study's first trial (the
+    # user's own options) is the baseline instead.
+    return model_cfg, dataclasses.replace(train_cfg, score_before=False)
+
+
+def _restart(out: Path) -> dict[str, Any]:
+    """How a trial starts in `out`: afresh, or from the last checkpoint a killed run left."""
+    from fitwhisper.train.checkpoints import checkpoints, is_complete
+
+    if any(is_complete(c) for c in checkpoints(out)):
+        return {"resume": "latest", "overwrite_output_dir": False}
+    return {"resume": None, "overwrite_output_dir": out.exists()}
+
+
+def fitted(
+    model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig, budget_bytes: int
+) -> tuple[ModelConfig, TrainConfig]:
+    """The trial's per-device batch, accumulation and checkpointing from the memory planner,
+    keeping its effective batch; pruned (before any model loads) when nothing fits."""
+    import optuna
+
+    from fitwhisper.errors import ConfigError
+    from fitwhisper.memory.fit import apply_settings
+    from fitwhisper.memory.predict import MemoryRequest
+    from fitwhisper.memory.search import search
+    from fitwhisper.method import method_of
+    from fitwhisper.precision import run_precision
+
+    base = MemoryRequest.from_configs(
+        model_cfg,
+        data_cfg,
+        train_cfg,
+        precision=run_precision(train_cfg.fp16, train_cfg.bf16),
+        gradient_checkpointing=False,
+        per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
+    )
+    effective = train_cfg.per_device_train_batch_size * train_cfg.gradient_accumulation_steps
+    try:
+        plan = search(
+            base,
+            budget_bytes,
+            effective_batch_size=effective,
+            methods=(method_of(model_cfg),),
+            optimizers=(train_cfg.optim,),
+        )
+    except ConfigError as e:
+        raise optuna.TrialPruned(
+            f"does not fit {budget_bytes / 2**30:.2f} GiB: {e.message}"
+        ) from None
+    return apply_settings(plan.settings(), model_cfg, train_cfg)
+
+
+class PruningReporter(TrainerCallback):
+    """Reports each evaluation's error to the trial; ends the run where Optuna prunes it
+    (raised from here, the run saves and scores nothing more)."""
+
+    def __init__(self, trial) -> None:
+        self.trial = trial
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        error = next((metrics[k] for k in ("eval_wer", "eval_cer") if k in (metrics or {})), None)
+        if error is None:
+            return
+        self.trial.report(error, state.global_step)
+        if self.trial.should_prune():
+            import optuna
+
+            raise optuna.TrialPruned(f"{error:.4f} at step {state.global_step}")

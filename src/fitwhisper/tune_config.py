@@ -1,0 +1,65 @@
+"""`fitwhisper tune`'s own options (the rest are `train`'s): the study, its storage, the
+search space's overrides. Kept apart from config.py so `tune`'s flags cost no import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TuneConfig:
+    """The hyperparameter search (Optuna): trials, storage and search space."""
+
+    n_trials: int = field(
+        default=20,
+        metadata={
+            "min": 1,
+            "help": "Trials the study runs in all, finished or pruned, across every process "
+            "that shares it and every restart (a killed tune continues the same count).",
+        },
+    )
+    storage: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the study lives. Default: SQLite in the study folder "
+            "(--output_dir/study.db). A database URL (sqlite:///..., postgresql://...) lets "
+            "several processes, GPUs or machines share one study; a file ending .journal is "
+            "Optuna's journal storage (no database needed; a killed trial is not rerun).",
+            "metavar": "URL|FILE.journal",
+        },
+    )
+    study_name: str | None = field(
+        default=None,
+        metadata={"help": "The study's name in its storage. Default: the study folder's name."},
+    )
+    search: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Change the search space, one option at a time: NAME=LOW..HIGH (a range; "
+            "add :log for a log scale), NAME=A|B|C (choices), NAME=VALUE (fixed), NAME=off "
+            "(not searched). E.g. --search learning_rate=1e-5..1e-3:log --search "
+            "lora_r=8|16. `fitwhisper tune --show_space` prints the defaults.",
+            "metavar": "NAME=SPEC",
+        },
+    )
+    keep_best: int = field(
+        default=3,
+        metadata={
+            "min": 1,
+            "help": "Trials that keep their final/ model (the best by held-out error); the "
+            "others keep their logs and metrics only.",
+        },
+    )
+    heartbeat_s: int = field(
+        default=30,
+        metadata={
+            "min": 1,
+            "help": "How often a running trial marks itself alive in the storage; one silent "
+            "for 3x this is counted as killed and run again from its last checkpoint "
+            "(database storage only).",
+        },
+    )
+    show_space: bool = field(
+        default=False,
+        metadata={"help": "Print the search space for these options and exit.", "switch": True},
+    )

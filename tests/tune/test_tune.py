@@ -1,0 +1,160 @@
+"""`fitwhisper tune` (Optuna) on tiny random Whisper models: the search space and its
+overrides, a trial the planner says will not fit, a killed tune that continues its study,
+two processes sharing one study."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import write_tone
+
+from fitwhisper.errors import ConfigError
+from fitwhisper.tune.space import Choice, Range, apply_overrides, default_space, parse_spec
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[1] / "src"
+
+
+def test_the_default_space_follows_the_method_and_the_overrides_change_it() -> None:
+    full = default_space("full", by_epochs=True)
+    lora = default_space("4bit", by_epochs=False)
+    assert full["learning_rate"] == Range(3e-6, 1e-4, log=True)
+    assert lora["learning_rate"].high > full["learning_rate"].high and "lora_r" in lora
+    assert "num_train_epochs" in full and "num_train_epochs" not in lora
+    space, fixed = apply_overrides(
+        full, ["learning_rate=1e-5..1e-3:log", "weight_decay=off", "seed=7", "lora_r=8|16"]
+    )
+    assert space["learning_rate"] == Range(1e-5, 1e-3, log=True)
+    assert "weight_decay" not in space and fixed == {"seed": 7}
+    assert space["lora_r"] == Choice((8, 16))
+    assert parse_spec("1..4") == Range(1, 4, integer=True)
+
+
+def test_unreadable_specs_are_listed_together() -> None:
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(
+            {}, ["nope=1", "learning_rate=1e-3..1e-5", "weight_decay", "lora_r=0..8:log"]
+        )
+    message = e.value.message
+    assert "nope is not searchable" in message
+    assert "1e-3..1e-5 is not a range from low to high" in message
+    assert "write NAME=SPEC" in message and "log scale needs a positive low end" in message
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tune-data")
+    rows = []
+    for i in range(6):
+        wav = write_tone(root / f"{i}.wav", 1.0 + 0.1 * i, freq=300 + 40 * i)
+        rows.append({"audio": str(wav), "text": ["yes", "no", "up", "down", "left", "right"][i]})
+    train, held_out = root / "train.jsonl", root / "eval.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    held_out.write_text("".join(json.dumps(r) + "\n" for r in rows[4:]))
+    return train, held_out
+
+
+def _args(model: Path, manifests, out: Path, *extra: str) -> list[str]:
+    train, held_out = manifests
+    flags = {
+        "--model": model,
+        "--train_manifest": train,
+        "--eval_manifest": held_out,
+        "--output_dir": out,
+        "--max_steps": 4,
+        "--per_device_train_batch_size": 2,
+        "--generation_max_length": 4,
+        "--logging_steps": 1,
+        "--report_to": "none",
+        "--heartbeat_s": 1,
+    }
+    return ["tune", *(str(x) for pair in flags.items() for x in pair), "-q", *extra]
+
+
+def _study(out: Path):
+    import optuna
+
+    return optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'study.db'}")
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{SRC}:{HERE.parents[1]}", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_trial_that_would_not_fit_is_pruned_before_any_model_loads(
+    tiny_whisper_dir, manifests, tmp_path, monkeypatch
+) -> None:
+    import fitwhisper.models.resolve as resolve
+    from fitwhisper.cli import main
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model loaded for a trial that does not fit")
+
+    monkeypatch.setattr(resolve, "load_model", no_load)
+    out = tmp_path / "study"
+    code = main(
+        [*_args(tiny_whisper_dir, manifests, out, "--n_trials", "2"), "--gpu_memory", "1MB"]
+    )
+    assert code == 1  # no trial finished
+    trials = _study(out).get_trials()
+    assert [t.state.name for t in trials] == ["PRUNED", "PRUNED"]
+    assert not (out / "trials").exists() or not any((out / "trials").rglob("model.safetensors"))
+
+
+def test_a_killed_tune_continues_its_study_without_losing_or_repeating_a_trial(
+    tiny_whisper_dir, manifests, tmp_path
+) -> None:
+    out = tmp_path / "study"
+    args = _args(
+        tiny_whisper_dir,
+        manifests,
+        out,
+        "--n_trials",
+        "3",
+        "--search",
+        "warmup_ratio=off",
+        "--search",
+        "weight_decay=off",
+    )
+    killed = _run([sys.executable, str(HERE / "kill_in_trial.py"), "1", "2", *args])
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert (out / "trials" / "trial-001" / "checkpoint-2").is_dir()
+    again = _run([sys.executable, "-m", "fitwhisper", *args])
+    assert again.returncode == 0, again.stderr[-3000:]
+    trials = {t.number: t for t in _study(out).get_trials()}
+    assert trials[1].state.name == "FAIL"
+    counted = [t for t in trials.values() if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(counted) == 3
+    retry = [t for t in counted if t.system_attrs.get("failed_trial") == 1]
+    assert len(retry) == 1 and retry[0].params == trials[1].params
+    assert retry[0].user_attrs["run_dir"].endswith("trial-001")
+    record = (out / "trials" / "trial-001" / "fitwhisper.yaml").read_text()
+    assert "checkpoint-2" in record.split("resumed_from:")[1].splitlines()[0]
+    lrs = [t.params["learning_rate"] for t in counted]
+    assert len(set(lrs)) == 3  # nothing drawn twice
+    assert (out / "trials.md").is_file() and (out / "best_config.yaml").is_file()
+
+
+def test_two_tune_processes_share_one_study(tiny_whisper_dir, manifests, tmp_path) -> None:
+    out = tmp_path / "study"
+    args = _args(tiny_whisper_dir, manifests, out, "--n_trials", "4")
+    cmd = [sys.executable, "-m", "fitwhisper", *args]
+    env = {**os.environ, "PYTHONPATH": f"{SRC}:{HERE.parents[1]}", "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for _ in range(2)
+    ]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    trials = _study(out).get_trials()
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials) >= 4
+    folders = [t.user_attrs["run_dir"] for t in trials]
+    assert len(set(folders)) == len(folders)
+    here = [int(log.split("trial(s) run by this process")[0].rsplit("(", 1)[1]) for log in logs]
+    assert all(n >= 1 for n in here), logs
