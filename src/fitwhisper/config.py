@@ -1,6 +1,6 @@
 """Typed configuration: one set of dataclasses behind the flags, config files and run records.
 
-Help text lives in `field(metadata={"help": ...})` so `--help`, saved YAML and the README
+Help text lives in `field(metadata={"help": ...})` so `--help`, saved YAML and the docs
 come from one source. Flag names follow `Seq2SeqTrainingArguments` and the user's documents.
 """
 

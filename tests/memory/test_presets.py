@@ -1,4 +1,4 @@
-"""The README's presets table is the planner's output, and stays so."""
+"""The guide's presets table (docs/memory-planning.md) is the planner's output, and stays so."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from fitwhisper.errors import ConfigError
 from fitwhisper.memory.presets import END, START, presets_markdown, replace_between_markers
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "memory-planning.md"
 
 
 def test_replace_between_markers_rewrites_only_the_table():
@@ -20,12 +20,12 @@ def test_replace_between_markers_rewrites_only_the_table():
 
 
 @pytest.mark.slow
-def test_readme_presets_match_the_planner():
+def test_the_docs_presets_match_the_planner():
     """Regenerates every cell: 126 searches, about 2-2.5 minutes on 2 CPU cores."""
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     assert START in text and END in text
     fresh = replace_between_markers(text, presets_markdown())
     assert fresh == text, (
-        "README.md's presets differ from the planner's; run "
-        "`fitwhisper plan --presets --readme README.md`"
+        "docs/memory-planning.md's presets differ from the planner's; run "
+        "`fitwhisper plan --presets --readme docs/memory-planning.md`"
     )

@@ -170,7 +170,8 @@ class PlanOptions:
         default=None,
         metadata={
             "path": "file",
-            "help": "With --presets: the file (README.md) whose presets table is rewritten.",
+            "help": "With --presets: the Markdown file (docs/memory-planning.md) whose presets "
+            "table is rewritten.",
             "metavar": "FILE",
         },
     )

@@ -5,7 +5,7 @@ window with zeros (`faster_whisper.audio.pad_or_trim`). transformers' feature ex
 which every fitwhisper training and evaluation uses, pads the audio with silence first, so
 the frames after the speech sit at the clip's floor (its loudest frame minus 2, after
 Whisper's normalisation), not at 0. A fine-tune never saw zero-filled frames, and on clips
-where it hesitates that moves words (README, `fitwhisper export`). `padded_model` gives
+where it hesitates that moves words (docs/export.md). `padded_model` gives
 faster-whisper's batched pipeline a feature extractor that pads each chunk with silence to
 30 s before computing its log-mel, as training does; the short window
 (`ct2_short_window`) then cuts those frames, so its 1 s margin is silence too.

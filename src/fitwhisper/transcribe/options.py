@@ -24,7 +24,7 @@ FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 @dataclass(frozen=True)
 class TranscribeOptions:
-    """How to decode. None thresholds mean the engine's own default (see README)."""
+    """How to decode. None thresholds mean the engine's own default (docs/transcription.md)."""
 
     language: str | None = field(
         default=None,
