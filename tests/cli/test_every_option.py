@@ -156,6 +156,12 @@ def _base(name: str, i: dict[str, Path]) -> dict[str, str | list[str]]:
         "models": {},
         "demo": {"output_dir": str(out / "demo")},
         "train": {"model": model, "train_manifest": manifest, "output_dir": str(out / "run")},
+        "tune": {
+            "model": model,
+            "train_manifest": manifest,
+            "eval_manifest": manifest,
+            "output_dir": str(out / "study"),
+        },
         "evaluate": {"model": model, "manifest": manifest},
         "transcribe": {"model": model, "audio": [str(i["clip.wav"])]},
         "merge": {"adapter": str(i["adapter"]), "out": str(out / "merged")},

@@ -70,6 +70,7 @@ def tune(
         COUNTED_STATES,
         counted,
         open_study,
+        setting_up,
         settle_stale_trials,
         storage_for,
     )
@@ -80,17 +81,20 @@ def tune(
     explicit = set(explicit or ())
     study_dir = Path(train_cfg.output_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
+    # Optuna logs a failed trial with its traceback; the error itself reaches the user as
+    # every fitwhisper error does (one paragraph), so only its errors are shown.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     name = tune_cfg.study_name or study_dir.resolve().name
-    study = open_study(storage, name, train_cfg.seed)
+    with setting_up(study_dir):
+        storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
+        study = open_study(storage, name, train_cfg.seed)
+        if not study.get_trials(deepcopy=False):
+            study.enqueue_trial(
+                _own_values(model_cfg, train_cfg, space),
+                user_attrs={"baseline": True},
+                skip_if_exists=True,
+            )
     settle_stale_trials(study, tune_cfg.heartbeat_s)
-    if not study.get_trials(deepcopy=False):
-        study.enqueue_trial(
-            _own_values(model_cfg, train_cfg, space),
-            user_attrs={"baseline": True},
-            skip_if_exists=True,
-        )
     remaining = tune_cfg.n_trials - counted(study)
     before = len(study.get_trials(deepcopy=False))
     if remaining > 0:

@@ -11,6 +11,7 @@ resumes the killed trial's run folder from its last checkpoint: no trial lost or
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -36,7 +37,8 @@ def storage_for(study_dir: Path, storage: str | None, heartbeat_s: int):
         return optuna.storages.JournalStorage(JournalFileBackend(storage))
     url = storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
     try:
-        with warnings.catch_warnings():  # the heartbeat is "experimental" since Optuna 2.8
+        with warnings.catch_warnings():
+            # The heartbeat is "experimental" since Optuna 2.8.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(
                 url,
@@ -51,6 +53,25 @@ def storage_for(study_dir: Path, storage: str | None, heartbeat_s: int):
             hint="check the URL and that its database server is reachable, or leave "
             "--storage out to keep the study in the study folder (SQLite)",
         ) from e
+
+
+@contextlib.contextmanager
+def setting_up(study_dir: Path):
+    """The processes of this machine that share a study folder set the study up one at a
+    time: together they would both create its tables and both queue its first trial
+    (several machines sharing a database server: its own transactions)."""
+    lock_file = study_dir / ".study-setup.lock"
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    with open(lock_file, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _engine_options(url: str) -> dict | None:
