@@ -102,7 +102,7 @@ def numbers_problem(flag: str, meta: typing.Mapping[str, Any], values: list) -> 
             return f"{flag} must hold numbers {describe(meta)}, got {v}"
         numbers.append(x)
     if count == 2 and numbers[0] > numbers[1]:
-        return f"{flag} is a range LOW,HIGH; got {values[0]} above {values[1]}"
+        return f"{flag} is a range LOW,HIGH; got {numbers[0]:g} above {numbers[1]:g}"
     return None
 
 

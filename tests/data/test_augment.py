@@ -119,9 +119,7 @@ def _rows(tmp_path: Path, seconds: list[float]) -> list[Row]:
             for i, s in enumerate(seconds)]  # fmt: skip
 
 
-def test_masks_cover_the_asked_share_of_a_clips_real_frames_only(
-    processor, tmp_path: Path
-) -> None:
+def test_masks_cover_the_asked_share_of_a_clips_real_frames_only(processor, tmp_path: Path) -> None:
     from fitwhisper.data.features import SpeechDataset
 
     rows = _rows(tmp_path, [2.0])
@@ -188,6 +186,7 @@ def test_a_slowed_clip_never_passes_30_s(processor, tmp_path: Path) -> None:
 
 def test_presets_and_overrides() -> None:
     assert not from_config(TrainConfig()).active  # off by default
+    assert from_config(TrainConfig()).summary() == "none"  # as the run record says it
     medium = from_config(TrainConfig(augment="medium"))
     assert medium == PRESETS["medium"]
     assert from_config(TrainConfig(augment="medium", spec_augment=False)).time_mask_share == 0

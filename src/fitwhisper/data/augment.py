@@ -76,12 +76,20 @@ PRESETS = {
     "none": Augmentation(),
     "light": Augmentation(gain_db=(-3.0, 3.0), time_mask_share=0.05, freq_mask_share=0.1),
     "medium": Augmentation(
-        speeds=(0.9, 1.0, 1.1), noise_share=0.3, noise_snr_db=(15.0, 30.0),
-        gain_db=(-6.0, 6.0), time_mask_share=0.1, freq_mask_share=0.15,
+        speeds=(0.9, 1.0, 1.1),
+        noise_share=0.3,
+        noise_snr_db=(15.0, 30.0),
+        gain_db=(-6.0, 6.0),
+        time_mask_share=0.1,
+        freq_mask_share=0.15,
     ),  # fmt: skip
     "strong": Augmentation(
-        speeds=(0.9, 1.0, 1.1), noise_share=0.6, noise_snr_db=(5.0, 20.0),
-        gain_db=(-10.0, 10.0), time_mask_share=0.15, freq_mask_share=0.2,
+        speeds=(0.9, 1.0, 1.1),
+        noise_share=0.6,
+        noise_snr_db=(5.0, 20.0),
+        gain_db=(-10.0, 10.0),
+        time_mask_share=0.15,
+        freq_mask_share=0.2,
     ),  # fmt: skip
 }
 # What a part switched on by its own option takes for the rest under --augment none.
