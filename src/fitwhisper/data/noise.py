@@ -66,8 +66,13 @@ def coloured_noise(n: int, rng: np.random.Generator) -> np.ndarray:
     """`n` samples of noise whose power falls as 1/f^beta, beta drawn from [0, 2]: white
     (0) through pink (1) to brown (2), the range audiomentations' AddColorNoise covers."""
     beta = rng.uniform(0.0, 2.0)
-    spectrum = np.fft.rfft(rng.standard_normal(n))
-    f = np.arange(len(spectrum), dtype=np.float64)
+    # White noise drawn in the frequency domain (complex Gaussian bins: what an FFT of white
+    # noise is), shaped, then one inverse FFT.
+    m = n // 2 + 1
+    spectrum = rng.standard_normal(m, dtype=np.float32) + 1j * rng.standard_normal(
+        m, dtype=np.float32
+    )
+    f = np.arange(m, dtype=np.float32)
     f[0] = 1.0  # no DC boost
-    noise = np.fft.irfft(spectrum / f ** (beta / 2), n)
+    noise = np.fft.irfft(spectrum * f ** np.float32(-beta / 2), n)
     return noise.astype(np.float32)
