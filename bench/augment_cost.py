@@ -76,26 +76,35 @@ def main() -> None:
 
     masks = Augmenter(Augmentation(time_mask_share=0.15, freq_mask_share=0.2), 0)
     rows = [
-        ("log-mel of the clip (WhisperFeatureExtractor, every item)",
-         lambda i: fe(audio, sampling_rate=SR, return_tensors="np")),
+        (
+            "log-mel of the clip (WhisperFeatureExtractor, every item)",
+            lambda i: fe(audio, sampling_rate=SR, return_tensors="np"),
+        ),
         ("speed 0.9 (soxr HQ)", lambda i: change_speed(audio, 0.9)),
         ("speed 1.1 (soxr HQ)", lambda i: change_speed(audio, 1.1)),
         ("noise, generated coloured", lambda i: add_noise(audio, rng(i), (5, 20), None)),
-        ("noise, from --noise_dir (decoded file cached)",
-         lambda i: add_noise(audio, rng(i), (5, 20), str(noise_dir))),
+        (
+            "noise, from --noise_dir (decoded file cached)",
+            lambda i: add_noise(audio, rng(i), (5, 20), str(noise_dir)),
+        ),
         ("gain", lambda i: audio * np.float32(10 ** (rng(i).uniform(-6, 6) / 20))),
-        ("SpecAugment masks (on a copy of the log-mel)",
-         lambda i: masks.mask(features.copy(), 0, frames, rng(i))),
-        ("all of --augment strong: waveform parts + masks, log-mel not counted",
-         lambda i: _strong(Augmenter(PRESETS["strong"], 0, i), audio, features)),
-    ]  # fmt: skip
+        (
+            "SpecAugment masks (on a copy of the log-mel)",
+            lambda i: masks.mask(features.copy(), 0, frames, rng(i)),
+        ),
+        (
+            "all of --augment strong: waveform parts + masks, log-mel not counted",
+            lambda i: _strong(Augmenter(PRESETS["strong"], 0, i), audio, features),
+        ),
+    ]
     if args.audiomentations:
         sys.path.append(args.audiomentations)
         import audiomentations as am
 
         colour = am.AddColorNoise(min_snr_db=5, max_snr_db=20, p=1.0)
-        background = am.AddBackgroundNoise(sounds_path=str(noise_dir), min_snr_db=5,
-                                           max_snr_db=20, p=1.0)  # fmt: skip
+        background = am.AddBackgroundNoise(
+            sounds_path=str(noise_dir), min_snr_db=5, max_snr_db=20, p=1.0
+        )
         gain = am.Gain(min_gain_db=-6, max_gain_db=6, p=1.0)
         stretch = am.TimeStretch(min_rate=0.9, max_rate=0.9, p=1.0)
         rows += [

@@ -51,8 +51,10 @@ def _snr_db(clean: np.ndarray, noisy: np.ndarray) -> float:
 
 def test_generated_noise_lands_within_the_asked_snr(tmp_path: Path) -> None:
     audio = _speech_like()
-    snrs = [_snr_db(audio, add_noise(audio, np.random.default_rng(i), (10.0, 30.0), None))
-            for i in range(20)]  # fmt: skip
+    snrs = [
+        _snr_db(audio, add_noise(audio, np.random.default_rng(i), (10.0, 30.0), None))
+        for i in range(20)
+    ]
     assert all(10.0 - 1e-3 <= s <= 30.0 + 1e-3 for s in snrs), snrs
     assert max(snrs) - min(snrs) > 5  # drawn across the range, not one value
 
@@ -114,9 +116,15 @@ def processor(tiny_whisper_dir: Path):
 
 
 def _rows(tmp_path: Path, seconds: list[float]) -> list[Row]:
-    return [Row(index=i, line=i + 1, text=f"clip {i}",
-                audio=write_tone(tmp_path / f"c{i}.wav", s, freq=200 + 40 * i))
-            for i, s in enumerate(seconds)]  # fmt: skip
+    return [
+        Row(
+            index=i,
+            line=i + 1,
+            text=f"clip {i}",
+            audio=write_tone(tmp_path / f"c{i}.wav", s, freq=200 + 40 * i),
+        )
+        for i, s in enumerate(seconds)
+    ]
 
 
 def test_masks_cover_the_asked_share_of_a_clips_real_frames_only(processor, tmp_path: Path) -> None:

@@ -21,19 +21,28 @@ from fitwhisper.data.manifest import load_manifest
 def _argv(model: Path, manifest: Path, out: Path, *extra: str) -> list[str]:
     return [
         "train",
-        "--model", str(model),
-        "--train_manifest", str(manifest),
-        "--output_dir", str(out),
-        "--logging_steps", "1",
-        "--save_strategy", "steps",
-        "--save_steps", "2",
-        "--save_total_limit", "none",
-        "--learning_rate", "1e-3",
-        "--seed", "0",
+        "--model",
+        str(model),
+        "--train_manifest",
+        str(manifest),
+        "--output_dir",
+        str(out),
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+        "--save_total_limit",
+        "none",
+        "--learning_rate",
+        "1e-3",
+        "--seed",
+        "0",
         "--no-score_before",
         "-q",
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 def _losses(run: Path) -> dict[int, tuple[float, float]]:
@@ -55,9 +64,19 @@ def test_a_resumed_augmented_run_equals_the_uninterrupted_one(
 
     monkeypatch.setattr(Augmenter, "for_clip", noting)
     out = tmp_path / "run"
-    argv = _argv(tiny_whisper_dir, tone_manifest, out,
-                 "--augment", "strong", "--packed_window_share", "0.4",
-                 "--per_device_train_batch_size", "1", "--max_steps", "4")  # fmt: skip
+    argv = _argv(
+        tiny_whisper_dir,
+        tone_manifest,
+        out,
+        "--augment",
+        "strong",
+        "--packed_window_share",
+        "0.4",
+        "--per_device_train_batch_size",
+        "1",
+        "--max_steps",
+        "4",
+    )
     assert main(argv) == 0
     uninterrupted, drawn_then = _losses(out), list(drawn)
     # Every clip drawn in epoch 0, then epoch 1 begins with new draws.
@@ -95,8 +114,9 @@ def test_training_items_are_augmented_held_out_items_never(
     rows = load_manifest(tone_manifest).rows
     run_rows = SimpleNamespace(train=rows, eval=rows, durations=[1.0 + 0.2 * i for i in range(6)])
     train_cfg = TrainConfig(augment="strong", encoder_input="full")
-    data = setup.datasets(run_rows, processor, model, ModelConfig(), DataConfig(), train_cfg,
-                          None, "fp32")  # fmt: skip
+    data = setup.datasets(
+        run_rows, processor, model, ModelConfig(), DataConfig(), train_cfg, None, "fp32"
+    )
     plain = SpeechDataset(rows, processor)
     assert data.augmenter is not None and data.eval_ds.augment is None
     for i in range(len(rows)):

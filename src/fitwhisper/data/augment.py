@@ -22,7 +22,6 @@ import numpy as np
 
 from fitwhisper.data.audio import SAMPLE_RATE_HZ
 
-HOP = 160  # samples per log-mel frame
 MASKS_PER_AXIS = 2  # SpecAugment's LibriSpeech double policy: two time, two frequency masks
 
 
@@ -63,9 +62,11 @@ class Augmentation:
         if self.gain_db:
             out["gain_db"] = list(self.gain_db)
         if self.time_mask_share or self.freq_mask_share:
-            out["spec_augment"] = {"time_mask_share": self.time_mask_share,
-                                   "freq_mask_share": self.freq_mask_share,
-                                   "masks_per_axis": MASKS_PER_AXIS}  # fmt: skip
+            out["spec_augment"] = {
+                "time_mask_share": self.time_mask_share,
+                "freq_mask_share": self.freq_mask_share,
+                "masks_per_axis": MASKS_PER_AXIS,
+            }
         return out
 
 
@@ -82,7 +83,7 @@ PRESETS = {
         gain_db=(-6.0, 6.0),
         time_mask_share=0.1,
         freq_mask_share=0.15,
-    ),  # fmt: skip
+    ),
     "strong": Augmentation(
         speeds=(0.9, 1.0, 1.1),
         noise_share=0.6,
@@ -90,7 +91,7 @@ PRESETS = {
         gain_db=(-10.0, 10.0),
         time_mask_share=0.15,
         freq_mask_share=0.2,
-    ),  # fmt: skip
+    ),
 }
 # What a part switched on by its own option takes for the rest under --augment none.
 _FALLBACK = PRESETS["medium"]
@@ -175,8 +176,9 @@ class Augmenter:
         """The generator of clip `index` (its position among the training rows) this epoch."""
         return np.random.default_rng([self.seed, self.epoch, index])
 
-    def waveform(self, audio: np.ndarray, rng: np.random.Generator, *,
-                 min_speed: float = 0.0) -> np.ndarray:  # fmt: skip
+    def waveform(
+        self, audio: np.ndarray, rng: np.random.Generator, *, min_speed: float = 0.0
+    ) -> np.ndarray:
         """Speed, then noise at an SNR against the clip, then gain. `min_speed`: the
         slowest factor allowed (so a clip still fits its 30 s window)."""
         a = self.augmentation
@@ -189,8 +191,7 @@ class Augmenter:
             audio = audio * np.float32(10 ** (rng.uniform(*a.gain_db) / 20))
         return audio.astype(np.float32, copy=False)
 
-    def mask(self, features: np.ndarray, start: int, frames: int,
-             rng: np.random.Generator) -> None:  # fmt: skip
+    def mask(self, features: np.ndarray, start: int, frames: int, rng: np.random.Generator) -> None:
         """SpecAugment in place on the clip at frames [start, start + frames) of
         `features` (mel bins, frames): nothing outside it (padding, other clips) changes."""
         a = self.augmentation
@@ -213,8 +214,9 @@ def change_speed(audio: np.ndarray, factor: float) -> np.ndarray:
     return soxr.resample(audio, SAMPLE_RATE_HZ * factor, SAMPLE_RATE_HZ, quality="HQ")
 
 
-def add_noise(audio: np.ndarray, rng: np.random.Generator, snr_db: tuple[float, float],
-              noise_dir: str | None) -> np.ndarray:  # fmt: skip
+def add_noise(
+    audio: np.ndarray, rng: np.random.Generator, snr_db: tuple[float, float], noise_dir: str | None
+) -> np.ndarray:
     """`audio` plus noise scaled to an SNR drawn from `snr_db` (signal power over the whole
     clip against the noise's). A silent clip is left as it is."""
     from fitwhisper.data.noise import coloured_noise, noise_from_folder
@@ -247,8 +249,3 @@ def mask_spans(length: int, share: float, rng: np.random.Generator) -> list[tupl
         spans.append((lo, lo + width))
         used += width
     return spans
-
-
-def clip_frames(n_samples: int) -> int:
-    """Log-mel frames that hold a clip of `n_samples` (as SpeechDataset counts them)."""
-    return math.ceil(n_samples / HOP)

@@ -243,8 +243,10 @@ class PackedDataset(Dataset):
         out = [self.augment.waveform(c, rng) for c, rng in zip(clips, rngs, strict=True)]
         if sum(len(c) + (-len(c) % _STEP) for c in out) > WINDOW_S * SAMPLE_RATE_HZ:
             rngs = [self.augment.for_clip(r) for r in window.rows]  # the same draws again
-            out = [self.augment.waveform(c, rng, min_speed=1.0)
-                   for c, rng in zip(clips, rngs, strict=True)]  # fmt: skip
+            out = [
+                self.augment.waveform(c, rng, min_speed=1.0)
+                for c, rng in zip(clips, rngs, strict=True)
+            ]
         return out, rngs
 
 

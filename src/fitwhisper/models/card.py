@@ -287,15 +287,23 @@ def _augmentation_lines(record: dict) -> list[str]:
         parts.append("speed " + "/".join(f"{s:g}" for s in speeds))
     if noise := summary.get("noise"):
         low, high = noise["snr_db"]
-        parts.append(f"noise ({noise['source']}) on {noise['share']:.0%} of the clips at "
-                     f"{low:g}-{high:g} dB SNR")  # fmt: skip
+        parts.append(
+            f"noise ({noise['source']}) on {noise['share']:.0%} of the clips at "
+            f"{low:g}-{high:g} dB SNR"
+        )
     if gain := summary.get("gain_db"):
         parts.append(f"gain {gain[0]:g} to {gain[1]:g} dB")
     if spec := summary.get("spec_augment"):
-        parts.append(f"SpecAugment masks over {spec['time_mask_share']:.0%} of each clip's "
-                     f"frames and {spec['freq_mask_share']:.0%} of its mel bins")  # fmt: skip
-    return ["", "Training clips were augmented on the fly (never the held-out clips): "
-            + "; ".join(parts) + "."]  # fmt: skip
+        parts.append(
+            f"SpecAugment masks over {spec['time_mask_share']:.0%} of each clip's "
+            f"frames and {spec['freq_mask_share']:.0%} of its mel bins"
+        )
+    return [
+        "",
+        "Training clips were augmented on the fly (never the held-out clips): "
+        + "; ".join(parts)
+        + ".",
+    ]
 
 
 def _method(record: dict) -> str:

@@ -100,8 +100,9 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
 
     ds_language = dataset_language(data_cfg.language_token, language)
     augmenter = augment.augmenter(train_cfg)
-    train_ds = SpeechDataset(rows.train, processor, language=ds_language, task=model_cfg.task,
-                             augment=augmenter)  # fmt: skip
+    train_ds = SpeechDataset(
+        rows.train, processor, language=ds_language, task=model_cfg.task, augment=augmenter
+    )
     # Held-out clips are scored as they are: their dataset has no augmenter.
     eval_ds = None
     if rows.eval:
@@ -120,8 +121,9 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     train_ds, train_collator = tagged(train_ds, train_collator)
     if augmenter is not None:
         log.info("augmenting training clips on the fly: %s", augmenter.augmentation.summary())
-    return RunData(train_ds, eval_ds, collator, train_collator, list(rows.eval), language,
-                   augmenter)  # fmt: skip
+    return RunData(
+        train_ds, eval_ds, collator, train_collator, list(rows.eval), language, augmenter
+    )
 
 
 def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: DataConfig,

@@ -1,8 +1,8 @@
 """Every option problem of a training run, found before anything loads and raised at once.
 
 `validate` gathers the problems of each group of options (schedule, best model, reporting,
-output folder, method, rows, encoder cache, augmentation, DeepSpeed) into one ConfigError, as torchtune and litgpt
-do, so a user fixes them all in one go.
+output folder, method, rows, encoder cache, augmentation, DeepSpeed) into one ConfigError,
+as torchtune and litgpt do, so a user fixes them all in one go.
 """
 
 from __future__ import annotations
