@@ -556,8 +556,8 @@ class TrainConfig:
             "train the decoder alone on them in every epoch. A run in the same folder with "
             "the same model and data reuses the cache. Not with --encoder_input trimmed or "
             "mixed (auto picks full with the cache), nor with SpecAugment (the model's "
-            "apply_spec_augment), whose encoder input changes each epoch. Evaluation still "
-            "runs the whole model on the audio."
+            "apply_spec_augment) or --augment, whose encoder input changes each epoch. "
+            "Evaluation still runs the whole model on the audio."
         },
     )
     augment: Literal["none", "light", "medium", "strong"] = field(
