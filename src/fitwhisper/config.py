@@ -649,7 +649,8 @@ class TrainConfig:
             "why": "beyond 40 dB a clip is silence or clipping",
             "items": 2,
             "metavar": "LOW,HIGH",
-            "help": "Gain range in dB (e.g. -6,6), drawn uniformly per clip; 0,0 turns it off.",
+            "help": "Gain range in dB, drawn uniformly per clip; 0,0 turns it off. Write "
+            "--gain_db=-6,6 (with =: a value that starts with - is otherwise read as a flag).",
         },
     )
     on_nonfinite: Literal["stop", "skip"] = field(
