@@ -556,8 +556,101 @@ class TrainConfig:
             "train the decoder alone on them in every epoch. A run in the same folder with "
             "the same model and data reuses the cache. Not with --encoder_input trimmed or "
             "mixed (auto picks full with the cache), nor with SpecAugment (the model's "
-            "apply_spec_augment), whose encoder input changes each epoch. Evaluation still "
-            "runs the whole model on the audio."
+            "apply_spec_augment) or --augment, whose encoder input changes each epoch. "
+            "Evaluation still runs the whole model on the audio."
+        },
+    )
+    augment: Literal["none", "light", "medium", "strong"] = field(
+        default="none",
+        metadata={
+            "help": "Augment training clips on the fly (never evaluation): light: SpecAugment "
+            "masks (5% of a clip's frames, 10% of the mel bins) and gain within 3 dB; "
+            "medium: speed 0.9/1.0/1.1, noise on 30% of the clips at 15-30 dB SNR, gain "
+            "within 6 dB, masks of 10% and 15%; strong: noise on 60% at 5-20 dB, gain "
+            "within 10 dB, masks of 15% and 20%. The options below override their part. "
+            "Each clip's augmentation follows from --seed, the epoch and the clip, so a "
+            "resumed run equals an uninterrupted one (docs/augmentation.md)."
+        },
+    )
+    spec_augment: bool | None = field(
+        default=None,
+        metadata={
+            "help": "SpecAugment: two time masks and two frequency masks (set to 0) on each "
+            "clip's log-mel, within the clip's own frames. Unset: as --augment says, or on "
+            "when a mask share is given."
+        },
+    )
+    time_mask_share: float | None = field(
+        default=None,
+        metadata={
+            "min": 0,
+            "max": 0.5,
+            "why": "a clip masked over more than half its frames leaves little to learn from",
+            "none": "the --augment preset's",
+            "help": "SpecAugment: the share of each clip's frames its time masks cover.",
+        },
+    )
+    freq_mask_share: float | None = field(
+        default=None,
+        metadata={
+            "min": 0,
+            "max": 0.5,
+            "why": "a clip masked over more than half its mel bins leaves little to learn from",
+            "none": "the --augment preset's",
+            "help": "SpecAugment: the share of mel bins its frequency masks cover.",
+        },
+    )
+    speed_perturb: list[float] | None = field(
+        default=None,
+        metadata={
+            "min": 0.5,
+            "max": 2.0,
+            "why": "speech at other speeds is no longer natural",
+            "metavar": "0.9,1.0,1.1",
+            "help": "Speed perturbation: each clip plays at one of these factors, drawn per "
+            "clip and epoch (resampled with soxr: 0.9 lasts 1/0.9 as long, pitch lower). "
+            "1.0 alone turns it off.",
+        },
+    )
+    noise_dir: str | None = field(
+        default=None,
+        metadata={
+            "path": "folder",
+            "help": "Folder of noise recordings (any audio files, searched recursively) added "
+            "to --noise_share of the clips at an SNR from --noise_snr_db. Unset with noise "
+            "on: generated coloured noise (white to brown).",
+        },
+    )
+    noise_share: float | None = field(
+        default=None,
+        metadata={
+            **FRACTION,
+            "none": "the --augment preset's",
+            "help": "The share of training clips that get noise.",
+        },
+    )
+    noise_snr_db: list[float] | None = field(
+        default=None,
+        metadata={
+            "min": -20,
+            "max": 80,
+            "why": "speech below -20 dB SNR is inaudible; above 80 dB noise adds nothing",
+            "items": 2,
+            "metavar": "LOW,HIGH",
+            "help": "Signal-to-noise ratio range of added noise, in dB (e.g. 10,30), drawn "
+            "uniformly per clip.",
+        },
+    )
+    gain_db: list[float] | None = field(
+        default=None,
+        metadata={
+            "min": -40,
+            "max": 40,
+            "why": "beyond 40 dB a clip is silence or clipping",
+            "items": 2,
+            "metavar": "LOW,HIGH",
+            "help": "Gain range in dB, drawn uniformly per clip; 0,0 turns it off. Write "
+            "--gain_db=-6,6 (with =: a value that starts with - is otherwise read as a flag).",
         },
     )
     on_nonfinite: Literal["stop", "skip"] = field(
@@ -589,6 +682,13 @@ class TrainConfig:
         },
     )
 
+    def __post_init__(self) -> None:
+        # Flags and config files give text ("0.9,1.1", YAML's [10, 30]); numbers from here on.
+        # Text that is no number stays, for the option check to name (option_ranges).
+        for name in ("speed_perturb", "noise_snr_db", "gain_db"):
+            if (values := getattr(self, name)) is not None:
+                setattr(self, name, [_number_or_text(v) for v in values])
+
     @property
     def encoder_input_mode(self) -> str:
         """--encoder_input, with the earlier --short_encoder_input read as trimmed, once
@@ -598,3 +698,10 @@ class TrainConfig:
         if self.short_encoder_input and self.encoder_input == "full":
             return "trimmed"
         return self.encoder_input
+
+
+def _number_or_text(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value

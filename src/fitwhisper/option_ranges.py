@@ -16,6 +16,8 @@ Field metadata read here:
     none          what None means for an optional number, for the message (`"all"`)
     why           why the bounds are what they are, for the message
     unbounded     the reason any number is fine (still finite: no NaN or inf)
+    items         for a list of numbers (bounds apply to each): how many it must hold
+                  (2 for a LOW,HIGH range, which must not run backwards); absent: one or more
     path          what a path option names: "file" or "folder" (an input that must be one
                   when it exists), "new_file" or "new_folder" (an output: not the other
                   kind when it exists), "any" (a file or a folder), "model" (a folder,
@@ -43,7 +45,7 @@ PROCESSES = {"min": 0, "max": 1024, "why": "a count of processes or threads"}
 SEED = {"min": 0, "max": 2**32 - 1, "why": "the random generators take 32 bits"}
 
 # Every metadata key that says which values a field takes.
-VALUE_KEYS = (*BOUNDS, "also", "none", "why", "unbounded", "path")
+VALUE_KEYS = (*BOUNDS, "also", "none", "why", "unbounded", "path", "items")
 PATH_KINDS = ("file", "folder", "new_file", "new_folder", "any", "model")
 
 
@@ -69,6 +71,8 @@ def field_problem(f: dataclasses.Field, hint: Any, value: Any) -> str | None:
     if meta.get("path"):
         values = value if isinstance(value, list) else [value]
         return next((w for v in values if (w := path_problem(flag_name(f), meta["path"], v))), None)
+    if isinstance(value, list) and any(k in meta for k in BOUNDS):
+        return numbers_problem(flag_name(f), meta, value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if value in meta.get("also", {}):
@@ -79,6 +83,27 @@ def field_problem(f: dataclasses.Field, hint: Any, value: Any) -> str | None:
     return f"{flag_name(f)} must be {describe(meta)}, got {value}" + (
         "" if finite else " (not a finite number)"
     )
+
+
+def numbers_problem(flag: str, meta: typing.Mapping[str, Any], values: list) -> str | None:
+    """Why `values` (numbers, or text from a flag) cannot be list option `flag`'s, or None."""
+    count = meta.get("items")
+    example = meta.get("metavar", "A,B")
+    if not values or (count is not None and len(values) != count):
+        wanted = f"{count} numbers" if count else "one or more numbers"
+        return f"{flag} takes {wanted} separated by commas ({example}), got {len(values)}"
+    numbers = []
+    for v in values:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            return f"{flag} takes numbers separated by commas ({example}), got {v!r}"
+        if not (math.isfinite(x) and in_bounds(meta, x)):
+            return f"{flag} must hold numbers {describe(meta)}, got {v}"
+        numbers.append(x)
+    if count == 2 and numbers[0] > numbers[1]:
+        return f"{flag} is a range LOW,HIGH; got {numbers[0]:g} above {numbers[1]:g}"
+    return None
 
 
 def in_bounds(meta: typing.Mapping[str, Any], value: float) -> bool:

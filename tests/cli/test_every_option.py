@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from fitwhisper.cli import COMMANDS as COMMAND_MODULES
 from fitwhisper.cli import CommonOptions, build_parser, main
-from fitwhisper.cli.flags import Options, _unwrap, build_config
+from fitwhisper.cli.flags import Options, _comma_list, _unwrap, build_config
 from fitwhisper.errors import ConfigError
 from fitwhisper.option_ranges import PATH_KINDS, declares_values, field_problem, flag_name
 
@@ -64,6 +64,15 @@ def _number_kind(hint: typing.Any) -> type | None:
     return kind if choices is None and kind in (int, float) else None
 
 
+def _number_list_kind(hint: typing.Any) -> type | None:
+    """int or float for a list of numbers (`--speed_perturb 0.9,1.0,1.1`), else None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    if typing.get_origin(args[0]) is not list:
+        return None
+    item = (typing.get_args(args[0]) or (str,))[0]
+    return item if item in (int, float) else None
+
+
 def test_every_number_option_declares_its_range() -> None:
     """A new int or float option without min/max/above/below (or `unbounded` with its
     reason) fails here, whichever command takes it."""
@@ -71,7 +80,8 @@ def test_every_number_option_declares_its_range() -> None:
     for cls in _option_classes():
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            if _number_kind(hints[f.name]) and not declares_values(f):
+            numbers = _number_kind(hints[f.name]) or _number_list_kind(hints[f.name])
+            if numbers and not declares_values(f):
                 undeclared.append(f"{cls.__name__}.{f.name}")
             if "unbounded" in f.metadata:
                 assert f.metadata["unbounded"], f"{cls.__name__}.{f.name}: say why"
@@ -215,6 +225,14 @@ def _number_cases(name: str, i) -> list[tuple[str, dict, str | None]]:
             else:
                 bad = field_problem(f, hint, value) is not None
             cases.append((f.name, {f.name: text}, flag_name(f) if bad else None))
+    for f, hint in _fields(name):
+        if _number_list_kind(hint) is None:
+            continue
+        # As many items as the option takes (a LOW,HIGH range: two), each the careless value.
+        for text in ("0", "-1", str(10**12), "", "nan", "inf", "-inf", "x"):
+            value = ",".join([text] * f.metadata.get("items", 1))
+            bad = field_problem(f, hint, _comma_list(value)) is not None
+            cases.append((f.name, {f.name: value}, flag_name(f) if bad else None))
     return cases
 
 
@@ -300,7 +318,9 @@ def test_every_option_of_every_command_with_careless_values(
         (c, f.name)
         for c in COMMANDS
         for f, h in _fields(c)
-        if (_number_kind(h) and not f.metadata.get("count")) or f.metadata.get("path")
+        if (_number_kind(h) and not f.metadata.get("count"))
+        or _number_list_kind(h)
+        or f.metadata.get("path")
     }
     print(f"walked {len(cases)} cases over {len(pairs)} (command, option) pairs; "
           f"{refused} refused")  # fmt: skip

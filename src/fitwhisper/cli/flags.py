@@ -114,14 +114,19 @@ def _add_field(group: Any, f: dataclasses.Field, hint: Any) -> None:
 
 def _add_valued(group, f, flags, common, kind, choices, optional, default, help_text) -> None:
     meta = f.metadata
-    if kind is list:  # list[str]: a comma list, or the flag repeated
+    if kind is list:  # list[str] (or numbers: see option_ranges): a comma list, or repeated
+        shown = "none" if default is None else ",".join(str(d) for d in default)
+        if any(k in meta for k in ("min", "max", "above", "below")):
+            from fitwhisper.option_ranges import describe
+
+            shown = f"{shown}; each {describe(meta)}"
         group.add_argument(
             *flags,
             action="extend",
             # A path given as the empty text is a mistake, not "none".
             type=_comma_paths if meta.get("path") else _comma_list,
-            metavar="A,B",
-            help=f"{help_text} (default: {','.join(default or [])})",
+            metavar=meta.get("metavar", "A,B"),
+            help=f"{help_text} (default: {shown})",
             **common,
         )
         return

@@ -9,5 +9,7 @@
 - `packing`: several short clips in one 30 s window (`--pack_clips`)
 - `mixed_windows`: a few such windows among single clips (`--packed_window_share`)
 - `frame_share`: the encoder frames a mixed run feeds, its batching replayed
+- `augment`: training clips augmented on the fly (speed, noise, gain, SpecAugment masks)
+- `noise`: noise recordings of `--noise_dir`, or generated coloured noise
 - `encoder_cache`: a frozen encoder's outputs computed once (`--cache_encoder_outputs`)
 """

@@ -73,7 +73,9 @@ class WithDurations(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         item = dict(self.base[i])
-        item["frames"] = math.ceil(self.durations_s[i] * FRAMES_PER_S)
+        # A clip speed perturbation lengthened or shortened (data/augment.py): its own frames.
+        frames = item.pop("augmented_frames", None)
+        item["frames"] = frames or math.ceil(self.durations_s[i] * FRAMES_PER_S)
         return item
 
 
@@ -154,6 +156,7 @@ def training_data(
             language=language,
             task=dataset.task,
             timestamp_fraction=cfg.packed_timestamp_fraction,
+            augment=getattr(dataset, "augment", None),
         )
         lengths = dataset.lengths
     if cfg.cache_encoder_outputs:
@@ -226,4 +229,5 @@ class _DropFrames:
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         for f in features:
             f.pop("frames", None)
+            f.pop("augmented_frames", None)
         return self.collator(features)

@@ -21,6 +21,7 @@ from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
 
 HOP_LENGTH = 160  # samples per log-mel frame (10 ms at 16 kHz)
+_WINDOW_SAMPLES = 30 * SAMPLE_RATE_HZ  # Whisper's 30 s window
 
 # Whisper's vocabularies: GPT-2's 50257 tokens for English-only models, so their
 # <|startoftranscript|> is id 50257; multilingual ones add a token and start at 50258.
@@ -87,11 +88,13 @@ class SpeechDataset(Dataset):
         processor,
         language: str | None = None,
         task: str = "transcribe",
+        augment=None,
     ) -> None:
         self.rows = list(rows)
         self.processor = processor
         self.language = language
         self.task = task
+        self.augment = augment  # data/augment.py Augmenter: training only, never evaluation
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -99,17 +102,29 @@ class SpeechDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self.rows[i]
         audio = load_audio(row.audio)
+        heard = len(audio)
+        if self.augment is not None:
+            rng = self.augment.for_clip(i)
+            # Never slower than keeps the clip within Whisper's 30 s window.
+            audio = self.augment.waveform(audio, rng, min_speed=len(audio) / _WINDOW_SAMPLES)
         fe = self.processor.feature_extractor
         features = fe(audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np").input_features[0]
+        features = features.astype(np.float32, copy=False)
+        frames = math.ceil(len(audio) / HOP_LENGTH)
+        if self.augment is not None:
+            self.augment.mask(features, 0, frames, rng)
         labels = label_ids(
             self.processor.tokenizer, row.text or "", row.language or self.language, self.task
         )
-        return {
-            "input_features": features.astype(np.float32, copy=False),
+        item = {
+            "input_features": features,
             "labels": labels,
             # The clip's own length in log-mel frames, for a short encoder window.
-            "clip_frames": math.ceil(len(audio) / HOP_LENGTH),
+            "clip_frames": frames,
         }
+        if len(audio) != heard:  # speed perturbation: the trimming collator keeps these
+            item["augmented_frames"] = frames
+        return item
 
 
 class WhisperCollator:

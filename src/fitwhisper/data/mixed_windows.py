@@ -97,6 +97,11 @@ class ClipsAndWindows(Dataset):
         item = dict(self.clips[self.windows[i].rows[0]] if k is None else self.packed[k])
         item.pop("clip_frames", None)
         item["frames"] = math.ceil(self.item_durations_s[i] * FRAMES_PER_S)
+        # A lone clip speed perturbation lengthened or shortened: its own frames (a window
+        # of several stays at 30 s).
+        frames = item.pop("augmented_frames", None)
+        if frames and k is None:
+            item["frames"] = frames
         return item
 
 
@@ -120,7 +125,8 @@ def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | No
     if not several:
         return None
     packed = PackedDataset(clips.rows, several, clips.processor, language=language,
-                           task=clips.task, timestamp_fraction=1.0)  # fmt: skip
+                           task=clips.task, timestamp_fraction=1.0,
+                           augment=getattr(clips, "augment", None))  # fmt: skip
     return ClipsAndWindows(clips, packed, windows, durations_s,
                            by_duration=cfg.group_by_duration)  # fmt: skip
 

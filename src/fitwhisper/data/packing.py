@@ -23,6 +23,7 @@ is exact.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
-from fitwhisper.data.features import prefix_ids
+from fitwhisper.data.features import HOP_LENGTH, prefix_ids
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
 
@@ -156,6 +157,7 @@ class PackedDataset(Dataset):
         language: str | None = None,
         task: str = "transcribe",
         timestamp_fraction: float = 1.0,
+        augment=None,
     ) -> None:
         if not has_timestamp_tokens(processor.tokenizer):
             raise DataError(
@@ -169,6 +171,7 @@ class PackedDataset(Dataset):
         self.language = language
         self.task = task
         self.timestamp_fraction = timestamp_fraction
+        self.augment = augment  # data/augment.py Augmenter: each clip augmented on its own
 
     def timestamped(self, i: int) -> bool:
         """Whether window i is labelled with timestamps: a fixed, evenly spread share of the
@@ -198,10 +201,12 @@ class PackedDataset(Dataset):
         if timed:  # timestamp mode: Whisper's prefix without the trailing <|notimestamps|>
             labels = [t for t in labels if t != _no_timestamps_id(tok)]
         pieces = []
+        spans = []  # (first frame, frames) of each clip, for its own SpecAugment masks
         at = 0  # samples
         previous = ""
-        for r in window.rows:
-            audio = load_audio(self.rows[r].audio)
+        clips, rngs = self._clips(window)
+        for r, audio in zip(window.rows, clips, strict=True):
+            spans.append((at // HOP_LENGTH, math.ceil(len(audio) / HOP_LENGTH)))
             pad = -len(audio) % _STEP
             pieces += [audio, np.zeros(pad, dtype=np.float32)]
             text = self.rows[r].text or ""
@@ -218,7 +223,31 @@ class PackedDataset(Dataset):
         audio = np.concatenate(pieces)[: round(WINDOW_S * SAMPLE_RATE_HZ)]
         fe = self.processor.feature_extractor
         features = fe(audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np").input_features[0]
-        return {"input_features": features.astype(np.float32, copy=False), "labels": labels}
+        features = features.astype(np.float32, copy=False)
+        item = {"input_features": features, "labels": labels}
+        if self.augment is not None:
+            for (start, frames), rng in zip(spans, rngs, strict=True):
+                self.augment.mask(features, start, frames, rng)
+            if any(s != 1.0 for s in self.augment.augmentation.speeds):
+                item["augmented_frames"] = math.ceil(len(audio) / HOP_LENGTH)
+        return item
+
+    def _clips(self, window: Window) -> tuple[list[np.ndarray], list]:
+        """The window's clips, each augmented with its own generator (clip = row index), and
+        those generators (None without augmentation). Slowed clips that would push the
+        window past 30 s are played at 1.0 or faster instead, so the window holds them all."""
+        clips = [load_audio(self.rows[r].audio) for r in window.rows]
+        if self.augment is None:
+            return clips, [None] * len(clips)
+        rngs = [self.augment.for_clip(r) for r in window.rows]
+        out = [self.augment.waveform(c, rng) for c, rng in zip(clips, rngs, strict=True)]
+        if sum(len(c) + (-len(c) % _STEP) for c in out) > WINDOW_S * SAMPLE_RATE_HZ:
+            rngs = [self.augment.for_clip(r) for r in window.rows]  # the same draws again
+            out = [
+                self.augment.waveform(c, rng, min_speed=1.0)
+                for c, rng in zip(clips, rngs, strict=True)
+            ]
+        return out, rngs
 
 
 def describe(windows: Sequence[Window], n_rows: int) -> str:

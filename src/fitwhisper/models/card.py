@@ -254,6 +254,7 @@ def _options_section(facts: RunFacts) -> list[str]:
             "fp16",
             "encoder_input",
             "pack_clips",
+            "augment",
             "deepspeed",
         ),  # fmt: skip
     }
@@ -265,6 +266,7 @@ def _options_section(facts: RunFacts) -> list[str]:
                 continue
             if k in values and values[k] not in (None, False, -1):
                 out.append(f"| `--{k}` | `{values[k]}` |")
+    out += _augmentation_lines(facts.record)
     versions = facts.record.get("versions") or {}
     if versions:
         out += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
@@ -272,6 +274,36 @@ def _options_section(facts: RunFacts) -> list[str]:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _augmentation_lines(record: dict) -> list[str]:
+    """What the training clips went through (the record's resolved augmentation), one line;
+    none for a run without augmentation or a record from before it existed."""
+    summary = (record.get("resolved") or {}).get("augmentation")
+    if not isinstance(summary, dict) or not summary:
+        return []
+    parts = []
+    if speeds := summary.get("speed_perturb"):
+        parts.append("speed " + "/".join(f"{s:g}" for s in speeds))
+    if noise := summary.get("noise"):
+        low, high = noise["snr_db"]
+        parts.append(
+            f"noise ({noise['source']}) on {noise['share']:.0%} of the clips at "
+            f"{low:g}-{high:g} dB SNR"
+        )
+    if gain := summary.get("gain_db"):
+        parts.append(f"gain {gain[0]:g} to {gain[1]:g} dB")
+    if spec := summary.get("spec_augment"):
+        parts.append(
+            f"SpecAugment masks over {spec['time_mask_share']:.0%} of each clip's "
+            f"frames and {spec['freq_mask_share']:.0%} of its mel bins"
+        )
+    return [
+        "",
+        "Training clips were augmented on the fly (never the held-out clips): "
+        + "; ".join(parts)
+        + ".",
+    ]
 
 
 def _method(record: dict) -> str:

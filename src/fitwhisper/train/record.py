@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.data.augment import from_config
 
 # Per-invocation commands, not options of the run: a record reused with --config must not
 # resume or delete anything by itself.
@@ -59,6 +60,8 @@ def write_run_record(
         "train": train_options,
         "resolved": {
             "language": language,
+            # What --augment and its overrides came to (data/augment.py); the model card shows it.
+            "augmentation": from_config(train_cfg).summary(),
             "resumed_from": str(resumed_from) if resumed_from else None,
         },
         "manifests": manifests or {},

@@ -6,11 +6,14 @@ Each function is one step of `train` (run.py); the options decide, nothing else.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.precision import Precision
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class RunData:
     train_collator: object  # training batches (packed, trimmed, cached as asked)
     eval_rows: list
     language: str | None
+    augmenter: object | None = None  # data/augment.py: its epoch is set by the trainer
 
 
 def resolve(model_cfg: ModelConfig):
@@ -87,13 +91,18 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     """Datasets that decode audio and make features as batches are drawn; packed windows,
     cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
     from fitwhisper.codeswitch import dataset_language
+    from fitwhisper.data import augment
     from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
     from fitwhisper.train import ranks
     from fitwhisper.train.guard import tagged
 
     ds_language = dataset_language(data_cfg.language_token, language)
-    train_ds = SpeechDataset(rows.train, processor, language=ds_language, task=model_cfg.task)
+    augmenter = augment.augmenter(train_cfg)
+    train_ds = SpeechDataset(
+        rows.train, processor, language=ds_language, task=model_cfg.task, augment=augmenter
+    )
+    # Held-out clips are scored as they are: their dataset has no augmenter.
     eval_ds = None
     if rows.eval:
         eval_ds = SpeechDataset(rows.eval, processor, language=ds_language, task=model_cfg.task)
@@ -109,7 +118,11 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
         )  # fmt: skip
     # Each batch names its items, so a diverging step can name its clips (guard.py).
     train_ds, train_collator = tagged(train_ds, train_collator)
-    return RunData(train_ds, eval_ds, collator, train_collator, list(rows.eval), language)
+    if augmenter is not None:
+        log.info("augmenting training clips on the fly: %s", augmenter.augmentation.summary())
+    return RunData(
+        train_ds, eval_ds, collator, train_collator, list(rows.eval), language, augmenter
+    )
 
 
 def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: DataConfig,
@@ -164,6 +177,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
         ],
     )
     built.nonfinite_guard = guard
+    built.augmenter = data.augmenter
     return built
 
 

@@ -121,12 +121,26 @@ def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     from fitwhisper.train.ranks import EvalWithoutRepeatsMixin
 
     class Trainer(CheckpointMixin, LengthGroupedTrainerMixin, GuardMixin,
-                  EvalWithoutRepeatsMixin, BackoffTrainer):  # fmt: skip
+                  EvalWithoutRepeatsMixin, AugmentEpochMixin, BackoffTrainer):  # fmt: skip
         group_by_length = cfg.group_by_duration
 
     Trainer.run_fingerprint = run_fingerprint
 
     return Trainer
+
+
+class AugmentEpochMixin:
+    """Tells the run's Augmenter (data/augment.py, set by the run's setup) the epoch before
+    each epoch's data loader starts, so each clip's augmentation follows from (seed, epoch,
+    clip): a resumed run skips into an epoch with the epoch it had. Dataloader workers are
+    started per epoch (Trainer's default) and get the dataset with the epoch set."""
+
+    augmenter = None
+
+    def _run_epoch(self, *args, **kwargs):
+        if self.augmenter is not None:
+            self.augmenter.epoch = int(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
 
 def early_stopping(cfg: TrainConfig) -> list:

@@ -1,8 +1,8 @@
 """Every option problem of a training run, found before anything loads and raised at once.
 
 `validate` gathers the problems of each group of options (schedule, best model, reporting,
-output folder, method, rows, encoder cache, DeepSpeed) into one ConfigError, as torchtune and litgpt
-do, so a user fixes them all in one go.
+output folder, method, rows, encoder cache, augmentation, DeepSpeed) into one ConfigError,
+as torchtune and litgpt do, so a user fixes them all in one go.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def validate(
     Args:
         precision: the run's precision, as `train` resolved it (None: resolved here).
     """
+    from fitwhisper.data.augment import option_problems as augment_problems
     from fitwhisper.data.encoder_cache import option_problems as cache_problems
     from fitwhisper.train.hub import problems as hub_problems
     from fitwhisper.train.methods import problems as method_problems
@@ -60,6 +61,7 @@ def validate(
     problems += method_problems(model_cfg, train_cfg, precision)
     problems += row_problems(model_cfg, data_cfg, train_cfg)
     problems += cache_problems(model_cfg, train_cfg)
+    problems += augment_problems(train_cfg)
     problems += deepspeed_problems(model_cfg, train_cfg)
     if problems:
         raise ConfigError(
