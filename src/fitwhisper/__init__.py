@@ -4,7 +4,7 @@ The command is `fitwhisper` (cli/); the library is arranged in layers, lowest fi
 module imports a layer above its own (tests/test_package_shape.py):
 
 - ground: `errors` (user errors with hints), `logs`, `config` (the option dataclasses
-  every flag comes from; `eval_config` holds the scoring ones), `option_ranges` (the
+  every flag comes from; `eval_config` holds the scoring ones, `tune_config` the search's), `option_ranges` (the
   values each option takes, declared on its field), `precision` (fp32, fp16 or bf16 for
   a run), `method` (full, LoRA, 8-bit, 4-bit)
 - `paths` (output folders checked before the work, never over an input; storage
@@ -15,7 +15,7 @@ module imports a layer above its own (tests/test_package_shape.py):
   `memory/` (predict, plan and watch GPU memory)
 - `evaluate/` (scoring by generation), `transcribe/` (two engines, long files, formats)
 - `train/` (a run, config in, run folder out), `export/` (deployable models, re-scored)
-- `demo/`, and `cli/` with `__main__`: flags, errors, exit codes
+- `demo/`, `tune/` (hyperparameter search with Optuna, each trial a `train` run), and `cli/` with `__main__`: flags, errors, exit codes
 """
 
 __version__ = "0.1.0"

@@ -26,7 +26,14 @@ MODULES = {name: m for name, m in zip(COMMANDS, COMMAND_MODULES, strict=True)}
 
 
 def test_every_command_module_is_a_subcommand() -> None:
-    assert len(COMMANDS) == len(COMMAND_MODULES) == 11
+    from pathlib import Path
+
+    import fitwhisper.cli
+
+    # Every module of cli/ but the shared ones is a command, in COMMANDS.
+    files = {p.stem for p in Path(fitwhisper.cli.__file__).parent.glob("*.py")}
+    commands = files - {"__init__", "flags", "common_options"}
+    assert len(COMMANDS) == len(COMMAND_MODULES) == len(commands)
     for name, module in MODULES.items():
         assert module.__name__.rsplit(".", 1)[1] == name.replace("-", "_")
 

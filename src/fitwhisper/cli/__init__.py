@@ -7,7 +7,7 @@ and `run(args)`, which builds the typed options, runs the library and returns th
 `COMMANDS` orders them in `fitwhisper --help`.
 
 - `flags`: dataclass fields to flags, `--config` YAML files, flags back to dataclasses
-- one module per command: check_data, import_ct2, models, demo, train, evaluate,
+- one module per command: check_data, import_ct2, models, demo, train, tune, evaluate,
   transcribe, merge, export, plan, doctor
 
 Building the parser imports no heavy library (torch, transformers): `--help` and bad flags

@@ -3,6 +3,7 @@
 Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 
 - `run`: `train()`, the run as numbered steps, and `TrainResult`
+- `run_plan`: every "auto" of a run answered once, with its reason (RUN/run_plan.json)
 - `validation`: every option problem, raised at once before anything loads
 - `setup`: processor, model, datasets and Trainer for a run
 - `trainer`: Seq2SeqTrainingArguments, the Trainer class, callbacks, the logged plan
@@ -20,6 +21,7 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `resume`: which checkpoint to continue from, refusing a changed run, the run folder on
   start, a run resumed at its last step finished without training
 - `record`: RUN/fitwhisper.yaml, the run record
+- `master_weights`: final/ from DeepSpeed's fp32 master weights after a 16-bit run
 - `ranks`: several processes (torchrun, accelerate launch): what the main one does alone
 - `sharding`: `--deepspeed` (the shipped ZeRO configs, a file, what they refuse) and FSDP
   launches that would leave final/ without weights
