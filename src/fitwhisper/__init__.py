@@ -3,6 +3,7 @@
 The command is `fitwhisper` (cli/); the library is arranged in layers, lowest first, and no
 module imports a layer above its own (tests/test_package_shape.py):
 
+- below everything: `whisper_facts` (16 kHz, the 30 s window, `<|zh|>` -> `zh`)
 - ground: `errors` (user errors with hints), `logs`, `config` (the option dataclasses
   every flag comes from; `eval_config` holds the scoring ones), `option_ranges` (the
   values each option takes, declared on its field), `precision` (fp32, fp16 or bf16 for

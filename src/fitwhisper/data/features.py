@@ -16,11 +16,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
+from fitwhisper.data.audio import load_audio
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
-
-HOP_LENGTH = 160  # samples per log-mel frame (10 ms at 16 kHz)
+from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE
 
 # Whisper's vocabularies: GPT-2's 50257 tokens for English-only models, so their
 # <|startoftranscript|> is id 50257; multilingual ones add a token and start at 50258.
@@ -100,7 +99,7 @@ class SpeechDataset(Dataset):
         row = self.rows[i]
         audio = load_audio(row.audio)
         fe = self.processor.feature_extractor
-        features = fe(audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np").input_features[0]
+        features = fe(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
         labels = label_ids(
             self.processor.tokenizer, row.text or "", row.language or self.language, self.task
         )

@@ -88,8 +88,8 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     """Datasets that decode audio and make features as batches are drawn; packed windows,
     cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
     from fitwhisper.codeswitch import dataset_language
-    from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
+    from fitwhisper.data.training_data import training_data
     from fitwhisper.train import ranks
     from fitwhisper.train.guard import tagged
 
