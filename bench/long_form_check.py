@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
+from fitwhisper.data.audio import load_audio
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 GAP_S = 1.0
 QUIET_S = 8.0
@@ -51,8 +52,8 @@ def build_long_file(audios: list[np.ndarray], texts: list[str]) -> LongFile:
     after the second third a stretch of white noise (each QUIET_S long)."""
     clips = len(audios)
     rng = np.random.default_rng(SEED)
-    gap = np.zeros(int(GAP_S * SAMPLE_RATE_HZ), dtype=np.float32)
-    n_quiet = int(QUIET_S * SAMPLE_RATE_HZ)
+    gap = np.zeros(int(GAP_S * SAMPLE_RATE), dtype=np.float32)
+    n_quiet = int(QUIET_S * SAMPLE_RATE)
     stretches = {
         clips // 3: ("silence", np.zeros(n_quiet, dtype=np.float32)),
         2 * clips // 3: ("noise", (rng.standard_normal(n_quiet) * NOISE_RMS).astype(np.float32)),
@@ -64,11 +65,11 @@ def build_long_file(audios: list[np.ndarray], texts: list[str]) -> LongFile:
     for i in range(clips):
         if i in stretches:
             kind, audio = stretches[i]
-            quiet.append((kind, t / SAMPLE_RATE_HZ, (t + len(audio)) / SAMPLE_RATE_HZ))
+            quiet.append((kind, t / SAMPLE_RATE, (t + len(audio)) / SAMPLE_RATE))
             parts += [audio, gap]
             t += len(audio) + len(gap)
         parts += [audios[i].astype(np.float32), gap]
-        spans.append((t / SAMPLE_RATE_HZ, (t + len(audios[i])) / SAMPLE_RATE_HZ))
+        spans.append((t / SAMPLE_RATE, (t + len(audios[i])) / SAMPLE_RATE))
         t += len(audios[i]) + len(gap)
     return LongFile(np.concatenate(parts), " ".join(texts), tuple(quiet), clips, tuple(spans))
 
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_manifest(a.manifest).rows[: a.clips]
     long = build_long_file([load_audio(r.audio) for r in rows], [r.text for r in rows])
     metric, norm = make_scorer(a.language, normalizer=a.normalizer, opencc=a.opencc)
-    duration = len(long.audio) / SAMPLE_RATE_HZ
+    duration = len(long.audio) / SAMPLE_RATE
     quiet = ", ".join(f"{k} {s:.1f}-{e:.1f} s" for k, s, e in long.quiet)
     lines = [f"Long file: {duration:.1f} s, {long.clips} clips of {a.manifest}, {quiet}.", "",
              "| model | error | segments | text in silence | text in noise | repeated "

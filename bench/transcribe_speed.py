@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
+from fitwhisper.data.audio import load_audio
 from fitwhisper.evaluate import make_scorer
 from fitwhisper.scoring import score
+from fitwhisper.whisper_facts import SAMPLE_RATE, WINDOW_SAMPLES
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "aishell-s0150"
 MODEL = "offline/base"
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     short = sentences[: args.short]
     long_rows = sentences[args.short : args.short + args.long]
     short_audio = [load_audio(DATA / r["audio"]) for r in short]
-    gap = np.zeros(int(GAP_S * SAMPLE_RATE_HZ), np.float32)
+    gap = np.zeros(int(GAP_S * SAMPLE_RATE), np.float32)
     long_audio = np.concatenate(
         [x for r in long_rows for x in (load_audio(DATA / r["audio"]), gap)]
     )
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             hyps = transcribe(audios)
             wall = time.perf_counter() - t
-            audio_s = sum(len(a) for a in audios) / SAMPLE_RATE_HZ
+            audio_s = sum(len(a) for a in audios) / SAMPLE_RATE
             s = score(refs, hyps, metric, norm)
             results.append((name, set_name, len(audios), audio_s, wall, s.normalized))
             print(f"{name:55s} {set_name:5s} {audio_s / wall:6.2f} audio s/s  "
@@ -148,8 +149,8 @@ def _rows(args, ct2_dir: Path) -> dict:
         kw = dict(language="zh", task="transcribe", num_beams=1)
 
         def run(audios):
-            inputs = [{"raw": a, "sampling_rate": SAMPLE_RATE_HZ} for a in audios]
-            if max(len(a) for a in audios) > 30 * SAMPLE_RATE_HZ:
+            inputs = [{"raw": a, "sampling_rate": SAMPLE_RATE} for a in audios]
+            if max(len(a) for a in audios) > WINDOW_SAMPLES:
                 outs = asr(inputs, batch_size=bs, chunk_length_s=30, generate_kwargs=kw)
             else:
                 outs = asr(inputs, batch_size=bs, generate_kwargs=kw)

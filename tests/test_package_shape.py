@@ -4,6 +4,8 @@ at the top of a module or inside a function.
 
 Layers, lowest first (a unit may import its own modules and any lower layer):
 
+   -1  whisper_facts                                Whisper's fixed numbers: imports nothing
+                                                    of fitwhisper, so every unit may import it
     0  errors, logs, config, precision, method,    ground: no fitwhisper imports above
        option_ranges
     1  scoring, codeswitch, paths, folder_lock
@@ -26,6 +28,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
+    "whisper_facts": -1,  # sample rate, window, token cleaning: below the ground
     **dict.fromkeys(
         (
             "errors",

@@ -11,6 +11,7 @@ from typing import Literal
 
 from fitwhisper.eval_config import EvalConfig
 from fitwhisper.option_ranges import COUNT_OR_ALL, FRACTION, PROCESSES, SEED, SHARE, WHISPER_TOKENS
+from fitwhisper.whisper_facts import WINDOW_SECONDS
 
 __all__ = ["DataConfig", "EvalConfig", "ModelConfig", "TrainConfig"]
 
@@ -75,10 +76,10 @@ class DataConfig:
         default=0.1, metadata={"min": 0, "help": "Shortest usable clip, in seconds."}
     )
     max_audio_len: float = field(
-        default=30.0,
+        default=WINDOW_SECONDS,
         metadata={
             "above": 0,
-            "max": 30,
+            "max": int(WINDOW_SECONDS),
             "why": "Whisper's window is 30 s",
             "help": "Longest usable clip, in seconds (Whisper's window is 30 s).",
         },

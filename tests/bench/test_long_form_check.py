@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ
 from fitwhisper.evaluate import make_scorer
 from fitwhisper.transcribe.formats import Segment
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 _PATH = Path(__file__).resolve().parents[2] / "bench" / "long_form_check.py"
 _spec = importlib.util.spec_from_file_location("long_form_check", _PATH)
@@ -20,7 +20,7 @@ _spec.loader.exec_module(lfc)
 
 
 def _clips(n, seconds=2.0):
-    return [np.full(int(seconds * SAMPLE_RATE_HZ), 0.1, dtype=np.float32) for _ in range(n)]
+    return [np.full(int(seconds * SAMPLE_RATE), 0.1, dtype=np.float32) for _ in range(n)]
 
 
 def test_long_file_places_silence_and_noise_between_clips():
@@ -30,10 +30,10 @@ def test_long_file_places_silence_and_noise_between_clips():
     # clips 0-1 (2 s + 1 s gap each) come first: silence from 6 s for QUIET_S
     assert s1 == pytest.approx(6.0) and e1 == pytest.approx(6.0 + lfc.QUIET_S)
     a = long.audio
-    assert not a[int(s1 * SAMPLE_RATE_HZ) : int(e1 * SAMPLE_RATE_HZ)].any()
-    noise = a[int(s2 * SAMPLE_RATE_HZ) : int(e2 * SAMPLE_RATE_HZ)]
+    assert not a[int(s1 * SAMPLE_RATE) : int(e1 * SAMPLE_RATE)].any()
+    noise = a[int(s2 * SAMPLE_RATE) : int(e2 * SAMPLE_RATE)]
     assert np.sqrt(np.mean(noise**2)) == pytest.approx(lfc.NOISE_RMS, rel=0.05)
-    assert len(a) / SAMPLE_RATE_HZ == pytest.approx(6 * 3.0 + 2 * (lfc.QUIET_S + 1.0))
+    assert len(a) / SAMPLE_RATE == pytest.approx(6 * 3.0 + 2 * (lfc.QUIET_S + 1.0))
     assert long.reference == "t0 t1 t2 t3 t4 t5"
 
 

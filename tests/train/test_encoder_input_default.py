@@ -8,7 +8,7 @@ import re
 import pytest
 
 from fitwhisper.cli import main
-from fitwhisper.data.batching import describe_trimming
+from fitwhisper.data.training_data import describe_trimming
 
 
 class _Validated(Exception):

@@ -7,6 +7,7 @@ and `run(args)`, which builds the typed options, runs the library and returns th
 `COMMANDS` orders them in `fitwhisper --help`.
 
 - `flags`: dataclass fields to flags, `--config` YAML files, flags back to dataclasses
+- `common_options`: the output options every command takes (`-v`, `-q`, `--debug`)
 - one module per command: check_data, import_ct2, models, demo, train, tune, evaluate,
   transcribe, merge, export, plan, doctor
 
@@ -21,7 +22,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from fitwhisper.cli import (
     check_data,
@@ -37,28 +37,11 @@ from fitwhisper.cli import (
     transcribe,
     tune,
 )
+from fitwhisper.cli.common_options import CommonOptions
 from fitwhisper.cli.flags import add_options, build_config
 from fitwhisper.errors import FitWhisperError, OutOfMemoryError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CommonOptions:
-    """Output options every command takes."""
-
-    verbose: int = field(
-        default=0, metadata={"min": 0, "help": "More log output (-vv: debug).", "aliases": ["-v"],
-                             "count": True}
-    )  # fmt: skip
-    quiet: bool = field(
-        default=False,
-        metadata={"help": "Only warnings and errors.", "aliases": ["-q"], "switch": True},
-    )
-    debug: bool = field(
-        default=False,
-        metadata={"help": "Show the full traceback for user errors too.", "switch": True},
-    )
 
 
 COMMANDS = [

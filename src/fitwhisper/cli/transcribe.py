@@ -42,7 +42,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.chinese_script import check_output_script
-    from fitwhisper.cli import CommonOptions
+    from fitwhisper.cli.common_options import CommonOptions
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
     from fitwhisper.models.resolve import resolve_model

@@ -6,6 +6,7 @@
 - `usable`: the checked, usable rows of a manifest, the one way every command reads data
 - `features`: log-mel features and labels made as batches are drawn, and the collator
 - `batching`: length-grouped order and batches trimmed to their longest clip
+- `training_data`: the training items and collator the speed options ask for, put together
 - `packing`: several short clips in one 30 s window (`--pack_clips`)
 - `mixed_windows`: a few such windows among single clips (`--packed_window_share`)
 - `frame_share`: the encoder frames a mixed run feeds, its batching replayed

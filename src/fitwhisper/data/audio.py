@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from fitwhisper.errors import DataError
+from fitwhisper.whisper_facts import SAMPLE_RATE, WINDOW_SAMPLES
 
-SAMPLE_RATE_HZ = 16000  # Whisper's feature extractor works at 16 kHz only
+CONVERT_COMMAND = f"ffmpeg -i IN -ar {SAMPLE_RATE} -ac 1 OUT.flac"  # any audio as Whisper hears it
 
 _CONVERT_HINT = (
-    "convert it to WAV or FLAC (e.g. `ffmpeg -i IN -ar 16000 -ac 1 OUT.flac`), or remove the row; "
+    f"convert it to WAV or FLAC (e.g. `{CONVERT_COMMAND}`), or remove the row; "
     "with `--bad_rows skip` such rows are left out and counted"
 )
 
@@ -76,14 +77,13 @@ class InMemoryAudio:
 AudioSource = str | os.PathLike | InMemoryAudio
 
 
-def padded_like_training(audio: np.ndarray, window_s: int = 30) -> np.ndarray:
+def padded_like_training(audio: np.ndarray, samples: int = WINDOW_SAMPLES) -> np.ndarray:
     """A clip shorter than one window with silence appended up to it, as transformers'
     feature extractor pads every clip in training and evaluation. faster-whisper and
     openai-whisper instead pad a short clip's log-mel with zeros, which the model never saw
     in training: on a fine-tune whose clips sit near a decision, that moves words (measured:
     CER +3.25 points on 24 Mandarin clips, the source's CER exactly with this).
     Longer audio is returned as it is."""
-    samples = window_s * SAMPLE_RATE_HZ
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim != 1 or audio.size >= samples:
         return audio
@@ -111,10 +111,10 @@ def load_audio_with_info(source: AudioSource) -> tuple[np.ndarray, AudioInfo]:
     data, sr = _decode(source)  # (frames, channels) float32
     info = AudioInfo(sample_rate_hz=sr, channels=data.shape[1], duration_s=data.shape[0] / sr)
     mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
-    if sr != SAMPLE_RATE_HZ and mono.size:
+    if sr != SAMPLE_RATE and mono.size:
         import soxr
 
-        mono = soxr.resample(mono, sr, SAMPLE_RATE_HZ)
+        mono = soxr.resample(mono, sr, SAMPLE_RATE)
     return np.ascontiguousarray(mono, dtype=np.float32), info
 
 
@@ -232,5 +232,5 @@ def _decode_av(file: str | io.BytesIO) -> tuple[np.ndarray, int]:
         for out in resampler.resample(None):
             chunks.append(out.to_ndarray())
     if not chunks:
-        return np.zeros((0, max(1, stream.channels)), dtype=np.float32), int(sr or SAMPLE_RATE_HZ)
+        return np.zeros((0, max(1, stream.channels)), dtype=np.float32), int(sr or SAMPLE_RATE)
     return np.concatenate(chunks, axis=1).T.astype(np.float32, copy=False), int(sr)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 MASKS_PER_AXIS = 2  # SpecAugment's LibriSpeech double policy: two time, two frequency masks
 
@@ -211,7 +211,7 @@ def change_speed(audio: np.ndarray, factor: float) -> np.ndarray:
         return audio
     import soxr
 
-    return soxr.resample(audio, SAMPLE_RATE_HZ * factor, SAMPLE_RATE_HZ, quality="HQ")
+    return soxr.resample(audio, SAMPLE_RATE * factor, SAMPLE_RATE, quality="HQ")
 
 
 def add_noise(

@@ -16,12 +16,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
+from fitwhisper.data.audio import load_audio
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
-
-HOP_LENGTH = 160  # samples per log-mel frame (10 ms at 16 kHz)
-_WINDOW_SAMPLES = 30 * SAMPLE_RATE_HZ  # Whisper's 30 s window
+from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE, WINDOW_SAMPLES
 
 # Whisper's vocabularies: GPT-2's 50257 tokens for English-only models, so their
 # <|startoftranscript|> is id 50257; multilingual ones add a token and start at 50258.
@@ -106,9 +104,9 @@ class SpeechDataset(Dataset):
         if self.augment is not None:
             rng = self.augment.for_clip(i)
             # Never slower than keeps the clip within Whisper's 30 s window.
-            audio = self.augment.waveform(audio, rng, min_speed=len(audio) / _WINDOW_SAMPLES)
+            audio = self.augment.waveform(audio, rng, min_speed=len(audio) / WINDOW_SAMPLES)
         fe = self.processor.feature_extractor
-        features = fe(audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np").input_features[0]
+        features = fe(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
         features = features.astype(np.float32, copy=False)
         frames = math.ceil(len(audio) / HOP_LENGTH)
         if self.augment is not None:

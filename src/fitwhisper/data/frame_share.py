@@ -20,8 +20,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fitwhisper.data.batching import FRAMES_PER_S, sampler_lengths
-from fitwhisper.models.short_window import FULL_FRAMES, short_frames
+from fitwhisper.data.batching import sampler_lengths
+from fitwhisper.models.short_window import short_frames
+from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_FRAMES, WINDOW_SECONDS
 
 
 def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None,
@@ -39,7 +40,7 @@ def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None
         full_share: `--full_window_share`, the share of batches kept at 30 s.
         window_share: `--packed_window_share`, the share of items made windows.
     """
-    from fitwhisper.data.packing import WINDOW_S, pack_windows
+    from fitwhisper.data.packing import pack_windows
 
     n = len(durations_s)
     if n == 0:
@@ -49,9 +50,9 @@ def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None
         rows = [SimpleNamespace(language=None) for _ in range(n)]
         windows = pack_windows(rows, durations_s, label_tokens, several_share=window_share)
         several = [len(w.rows) > 1 for w in windows]
-        item_s = [WINDOW_S if len(w.rows) > 1 else durations_s[w.rows[0]] for w in windows]
+        item_s = [WINDOW_SECONDS if len(w.rows) > 1 else durations_s[w.rows[0]] for w in windows]
     # The trainer batches clips and windows by kind (data/mixed_windows.py).
-    kinds = [WINDOW_S if s else 1.0 for s in several] if any(several) else None
+    kinds = [WINDOW_SECONDS if s else 1.0 for s in several] if any(several) else None
     return items_frame_share(item_s, several, n, batch_size, full_share, sort_keys=kinds,
                              epochs=epochs, seed=seed)  # fmt: skip
 
@@ -75,7 +76,7 @@ def items_frame_share(item_durations_s: Sequence[float], several: Sequence[bool]
 
     if not item_durations_s:
         return 1.0
-    frames = [FULL_FRAMES if s else math.ceil(d * FRAMES_PER_S)
+    frames = [WINDOW_FRAMES if s else math.ceil(d * FRAMES_PER_SECOND)
               for d, s in zip(item_durations_s, several, strict=True)]  # fmt: skip
     keys = None if sort_keys is None else sampler_lengths(sort_keys)
     shares = []
@@ -89,10 +90,10 @@ def items_frame_share(item_durations_s: Sequence[float], several: Sequence[bool]
         for start in range(0, len(order), batch_size):
             items = order[start : start + batch_size]
             if any(several[i] for i in items):
-                window = float(FULL_FRAMES)
+                window = float(WINDOW_FRAMES)
             else:
                 cut = short_frames(max(frames[i] for i in items))
-                window = full_share * FULL_FRAMES + (1 - full_share) * cut
+                window = full_share * WINDOW_FRAMES + (1 - full_share) * cut
             fed += len(items) * window
-        shares.append(fed / (n_clips * FULL_FRAMES))
+        shares.append(fed / (n_clips * WINDOW_FRAMES))
     return float(np.mean(shares))

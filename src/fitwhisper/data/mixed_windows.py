@@ -34,14 +34,13 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fitwhisper.data.batching import FRAMES_PER_S
 from fitwhisper.data.packing import (
-    WINDOW_S,
     PackedDataset,
     Window,
     has_timestamp_tokens,
     windows_for,
 )
+from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class ClipsAndWindows(Dataset):
                 self._packed_index[i] = len(self._packed_index)
         self.clip_durations_s = list(durations_s)  # per row, as `rows`
         self.item_durations_s = [
-            WINDOW_S if i in self._packed_index else durations_s[w.rows[0]]
+            WINDOW_SECONDS if i in self._packed_index else durations_s[w.rows[0]]
             for i, w in enumerate(self.windows)
         ]
         self.by_duration = by_duration
@@ -90,13 +89,13 @@ class ClipsAndWindows(Dataset):
             return list(self.item_durations_s)
         # The kind alone: windows of several clips sort before single clips, and the
         # sampler's stable sort leaves each kind in its random order.
-        return [WINDOW_S if i in self._packed_index else 1.0 for i in range(len(self))]
+        return [WINDOW_SECONDS if i in self._packed_index else 1.0 for i in range(len(self))]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         k = self._packed_index.get(i)
         item = dict(self.clips[self.windows[i].rows[0]] if k is None else self.packed[k])
         item.pop("clip_frames", None)
-        item["frames"] = math.ceil(self.item_durations_s[i] * FRAMES_PER_S)
+        item["frames"] = math.ceil(self.item_durations_s[i] * FRAMES_PER_SECOND)
         # A lone clip speed perturbation lengthened or shortened: its own frames (a window
         # of several stays at 30 s).
         frames = item.pop("augmented_frames", None)

@@ -31,16 +31,21 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ, load_audio
-from fitwhisper.data.features import HOP_LENGTH, prefix_ids
+from fitwhisper.data.audio import load_audio
+from fitwhisper.data.features import prefix_ids
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
+from fitwhisper.whisper_facts import (
+    HOP_LENGTH,
+    SAMPLE_RATE,
+    TIMESTAMP_SECONDS,
+    WINDOW_SAMPLES,
+    WINDOW_SECONDS,
+)
 
 log = logging.getLogger(__name__)
 
-WINDOW_S = 30.0  # Whisper's input window
-TIMESTAMP_S = 0.02  # resolution of Whisper's timestamp tokens <|0.00|> ... <|30.00|>
-_STEP = round(TIMESTAMP_S * SAMPLE_RATE_HZ)  # 320 samples
+_STEP = round(TIMESTAMP_SECONDS * SAMPLE_RATE)  # 320 samples between timestamp tokens
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ def pack_windows(
     label_tokens: Sequence[int],
     *,
     language: str | None = None,
-    window_s: float = WINDOW_S,
+    window_s: float = WINDOW_SECONDS,
     max_label_tokens: int = 448,
     single_clip_share: float = 0.0,
     several_share: float | None = None,
@@ -132,7 +137,7 @@ def _spread(i: int, share: float) -> bool:
 
 def timestamp_id(tokenizer, seconds: float) -> int:
     """The id of the timestamp token nearest `seconds` (`<|0.00|>` + seconds / 0.02)."""
-    return _first_timestamp_id(tokenizer) + round(seconds / TIMESTAMP_S)
+    return _first_timestamp_id(tokenizer) + round(seconds / TIMESTAMP_SECONDS)
 
 
 def has_timestamp_tokens(tokenizer) -> bool:
@@ -211,18 +216,18 @@ class PackedDataset(Dataset):
             pieces += [audio, np.zeros(pad, dtype=np.float32)]
             text = self.rows[r].text or ""
             if timed:
-                labels.append(timestamp_id(tok, at / SAMPLE_RATE_HZ))
+                labels.append(timestamp_id(tok, at / SAMPLE_RATE))
             elif _needs_space(previous, text):
                 text = " " + text
             labels += tok(text, add_special_tokens=False).input_ids
             if timed:
-                labels.append(timestamp_id(tok, (at + len(audio)) / SAMPLE_RATE_HZ))
+                labels.append(timestamp_id(tok, (at + len(audio)) / SAMPLE_RATE))
             at += len(audio) + pad
             previous = text
         labels.append(tok.eos_token_id)
-        audio = np.concatenate(pieces)[: round(WINDOW_S * SAMPLE_RATE_HZ)]
+        audio = np.concatenate(pieces)[:WINDOW_SAMPLES]
         fe = self.processor.feature_extractor
-        features = fe(audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np").input_features[0]
+        features = fe(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
         features = features.astype(np.float32, copy=False)
         item = {"input_features": features, "labels": labels}
         if self.augment is not None:
@@ -241,7 +246,7 @@ class PackedDataset(Dataset):
             return clips, [None] * len(clips)
         rngs = [self.augment.for_clip(r) for r in window.rows]
         out = [self.augment.waveform(c, rng) for c, rng in zip(clips, rngs, strict=True)]
-        if sum(len(c) + (-len(c) % _STEP) for c in out) > WINDOW_S * SAMPLE_RATE_HZ:
+        if sum(len(c) + (-len(c) % _STEP) for c in out) > WINDOW_SAMPLES:
             rngs = [self.augment.for_clip(r) for r in window.rows]  # the same draws again
             out = [
                 self.augment.waveform(c, rng, min_speed=1.0)
@@ -254,9 +259,9 @@ def describe(windows: Sequence[Window], n_rows: int) -> str:
     """One log line: how many clips went into how many windows, and how full they are."""
     if not windows:
         return "no windows"
-    fill = sum(w.duration_s for w in windows) / (len(windows) * WINDOW_S)
+    fill = sum(w.duration_s for w in windows) / (len(windows) * WINDOW_SECONDS)
     return (
-        f"packed {n_rows} clips into {len(windows)} window(s) of up to {WINDOW_S:.0f} s "
+        f"packed {n_rows} clips into {len(windows)} window(s) of up to {WINDOW_SECONDS:.0f} s "
         f"({n_rows / len(windows):.1f} clips per window, {100 * fill:.0f}% of each window "
         "is audio on average)"
     )
@@ -268,8 +273,8 @@ def _needs_space(before: str, after: str) -> bool:
 
 
 def _aligned_s(duration_s: float) -> float:
-    samples = round(duration_s * SAMPLE_RATE_HZ)
-    return (samples + (-samples % _STEP)) / SAMPLE_RATE_HZ
+    samples = round(duration_s * SAMPLE_RATE)
+    return (samples + (-samples % _STEP)) / SAMPLE_RATE
 
 
 def _first_timestamp_id(tokenizer) -> int:

@@ -42,10 +42,10 @@ import numpy as np
 
 from fitwhisper.errors import FitWhisperError
 from fitwhisper.logs import progress_enabled
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 DEFAULT_N_TRAIN = 240
 DEFAULT_N_EVAL = 48
 

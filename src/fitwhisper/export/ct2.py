@@ -106,9 +106,9 @@ def transcribe_ct2(
 
     from faster_whisper import WhisperModel
 
-    from fitwhisper.data.audio import SAMPLE_RATE_HZ, padded_like_training
+    from fitwhisper.data.audio import padded_like_training
     from fitwhisper.models.ct2_export import EXPORT_INFO
-    from fitwhisper.transcribe.ct2_engine import language_code
+    from fitwhisper.whisper_facts import SAMPLE_RATE, language_code
 
     info_file = Path(dest) / EXPORT_INFO
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
@@ -117,7 +117,7 @@ def transcribe_ct2(
     model = WhisperModel(str(dest), device="cpu", compute_type="default", cpu_threads=threads)
     out = []
     for audio in audios:
-        duration = len(audio) / SAMPLE_RATE_HZ
+        duration = len(audio) / SAMPLE_RATE
         segments, meta = model.transcribe(
             padded_like_training(audio), language=language, task=task, beam_size=1, temperature=0.0,
             without_timestamps=not timestamps, condition_on_previous_text=False,

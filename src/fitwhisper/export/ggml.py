@@ -53,6 +53,7 @@ from fitwhisper.errors import ConfigError
 from fitwhisper.export.ggml_quant import Quantiser
 from fitwhisper.export.openai_format import known_openai_name
 from fitwhisper.paths import as_storage_error
+from fitwhisper.whisper_facts import language_code, token_text
 
 log = logging.getLogger(__name__)
 
@@ -468,16 +469,6 @@ def _write_tensor(f, name: str, array: np.ndarray, dtype: str, quantiser) -> Non
     f.write(data)
 
 
-def language_code(text: str | None) -> str | None:
-    """`zh`, `<|zh|>`, `chinese` or `Chinese` -> `zh`; None stays None."""
-    if not text:
-        return None
-    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-
-    code = text.strip().strip("<|>").lower()
-    return TO_LANGUAGE_CODE.get(code, code)
-
-
 def _sidecar(
     model_dir: Path, config: dict, hp: dict[str, int], dtype: str, multilingual: bool
 ) -> dict[str, Any]:
@@ -493,8 +484,8 @@ def _sidecar(
         for _, token_id in gen["forced_decoder_ids"]:
             text = tokenizer.convert_ids_to_tokens(token_id) if token_id is not None else ""
             if text in ("<|transcribe|>", "<|translate|>"):
-                task = task or text.strip("<|>")
-            elif text.strip("<|>") in LANGUAGES:
+                task = task or token_text(text)
+            elif token_text(text) in LANGUAGES:
                 language = text
     if not multilingual:
         language, task = "en", "transcribe"
@@ -504,7 +495,7 @@ def _sidecar(
         "model_file": MODEL_FILE,
         "dtype": dtype,
         # whisper.cpp's file has no language: without this it would default to English
-        "language": language_code(language),
+        "language": language_code(language) if language else None,
         "task": task,
         "multilingual": multilingual,
         # transformers suppresses generation_config.suppress_tokens (the non-speech symbols);

@@ -20,8 +20,8 @@ from fitwhisper.export.ggml import (
     HPARAM_ORDER,
     MODEL_FILE,
     SIDECAR_FILE,
-    language_code,
 )
+from fitwhisper.whisper_facts import SAMPLE_RATE, language_code
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def transcribe_ggml(
     multilingual = header["n_vocab"] >= 51865  # as whisper.cpp decides
     if task not in ("transcribe", "translate"):
         raise ConfigError(f"unknown task {task!r}", hint="use transcribe or translate")
-    lang = language_code(language) or sidecar.get("language") or "auto"
+    lang = language_code(language or "") or sidecar.get("language") or "auto"
     if not multilingual:
         if lang not in ("en", "auto") or task == "translate":
             raise ConfigError(
@@ -120,9 +120,9 @@ def _transcribe_one(model, pw, audio: np.ndarray, lang: str, timestamps: bool) -
     audio = np.ascontiguousarray(np.asarray(audio, dtype=np.float32).reshape(-1))
     if audio.size == 0:
         return {"text": "", "language": None if lang == "auto" else lang, "segments": []}
-    duration = audio.size / 16_000
-    if audio.size < 16_000:  # whisper.cpp skips input shorter than its minimum; pad silence
-        audio = np.pad(audio, (0, 16_000 - audio.size))
+    duration = audio.size / SAMPLE_RATE
+    if audio.size < SAMPLE_RATE:  # whisper.cpp skips input under 1 s; pad it with silence
+        audio = np.pad(audio, (0, SAMPLE_RATE - audio.size))
     # whisper.cpp's own default language is "en": always name it (or "auto"). Passed here,
     # not at load, where "auto" would make whisper_lang_id log an error line.
     model.transcribe(audio, language=lang)

@@ -75,7 +75,6 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 # protobuf cannot exceed 2 GiB, and the graph itself needs room too (torch's own threshold).
 EXTERNAL_DATA_BYTES = 1536 * 2**20
 
-SAMPLE_RATE_HZ = 16_000
 # The exporter's loggers: per-pass and per-initializer INFO lines, and a warning per
 # torchvision op it cannot register; quieted to errors while exporting.
 _CHATTY = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir")

@@ -23,12 +23,10 @@ from fitwhisper.export.onnx_format import (
     DECODER_WITH_PAST_FILE,
     ENCODER_FILE,
     GRAPH_FILES,
-    SAMPLE_RATE_HZ,
 )
+from fitwhisper.whisper_facts import SAMPLE_RATE, WINDOW_SAMPLES, language_code
 
 log = logging.getLogger(__name__)
-
-WINDOW_SAMPLES = 30 * SAMPLE_RATE_HZ  # one encoder window
 
 
 def transcribe_onnx(
@@ -96,13 +94,13 @@ def transcribe_onnx(
         )
         tokens = runner.greedy(encoded, prompt, timestamps, max_new_tokens)
         for i, lang, toks in zip(index, lang_ids, tokens, strict=True):
-            results[i] = runner.result(toks, lang, clips[i].size / SAMPLE_RATE_HZ, timestamps)
+            results[i] = runner.result(toks, lang, clips[i].size / SAMPLE_RATE, timestamps)
 
     # 3. long clips, one at a time: window after window
     for i in (i for i in range(len(clips)) if i not in results):
         results[i] = runner.long_clip(clips[i], fixed_language, task_id, max_new_tokens)
         if not timestamps:
-            end = round(clips[i].size / SAMPLE_RATE_HZ, 3)
+            end = round(clips[i].size / SAMPLE_RATE, 3)
             results[i]["segments"] = [{"start": 0.0, "end": end, "text": results[i]["text"]}]
     return [results[i] for i in range(len(clips))]
 
@@ -153,7 +151,7 @@ class _Runner:
         gen = json.loads((dest / "generation_config.json").read_text(encoding="utf-8"))
         self.gen = gen
         self.lang_to_id: dict[str, int] = gen.get("lang_to_id") or {}
-        self.lang_of = {v: k.strip("<|>") for k, v in self.lang_to_id.items()}
+        self.lang_of = {v: language_code(k) for k, v in self.lang_to_id.items()}
         self.multilingual = bool(gen.get("is_multilingual", bool(self.lang_to_id)))
         self.eos = gen["eos_token_id"]
         self.sot = gen.get("decoder_start_token_id", self.config["decoder_start_token_id"])
@@ -171,10 +169,8 @@ class _Runner:
 
     def language_id(self, language: str | None) -> int | None:
         """The language token asked for or recorded; None: detect it (or English-only)."""
-        from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-
         if not self.multilingual:
-            if language and language.strip("<|>").lower() not in ("en", "english"):
+            if language and language_code(language) != "en":
                 raise ConfigError(
                     f"language {language!r} was asked for, but this model is English-only",
                     hint="pass language=None or 'en', or export a multilingual model",
@@ -183,13 +179,12 @@ class _Runner:
         wanted = language or self.gen.get("language")
         if not wanted:
             return None
-        text = wanted.strip("<|>").lower()
-        token = f"<|{TO_LANGUAGE_CODE.get(text, text)}|>"
+        token = f"<|{language_code(wanted)}|>"
         if token not in self.lang_to_id:
             raise ConfigError(
                 f"unknown language {wanted!r}",
                 hint="use a code or name such as "
-                + ", ".join(t.strip("<|>") for t in list(self.lang_to_id)[:8])
+                + ", ".join(language_code(t) for t in list(self.lang_to_id)[:8])
                 + " ...",
             )
         return self.lang_to_id[token]
@@ -227,7 +222,7 @@ class _Runner:
 
     def features(self, clips: list[np.ndarray]) -> np.ndarray:
         fe = self.processor.feature_extractor
-        out = fe(clips, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np")
+        out = fe(clips, sampling_rate=SAMPLE_RATE, return_tensors="np")
         return out["input_features"].astype(np.float32)  # (batch, n_mels, 3000)
 
     def greedy(
@@ -300,7 +295,7 @@ class _Runner:
         segment's end, else after the window. The language is detected on the first
         window when neither asked for nor recorded."""
         tb, precision = self.ts_begin, self.time_precision
-        samples_per_step = round(precision * SAMPLE_RATE_HZ)  # 320: one timestamp step
+        samples_per_step = round(precision * SAMPLE_RATE)  # 320: one timestamp step
         segments: list[dict] = []
         seek = 0
         while seek < audio.size:
@@ -310,7 +305,7 @@ class _Runner:
                 (lang,) = self.detect_language(encoded)
             prompt = np.array([self.prompt(lang, task, True)], dtype=np.int64)
             (tokens,) = self.greedy(encoded, prompt, True, limit)
-            offset = seek / SAMPLE_RATE_HZ
+            offset = seek / SAMPLE_RATE
             is_ts = [t >= tb for t in tokens]
             ends_closed = is_ts[-2:] == [False, True]  # text then a lone timestamp
             cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
@@ -323,7 +318,7 @@ class _Runner:
             else:
                 stamps = [t for t in tokens if t >= tb]
                 last = (stamps[-1] - tb) * precision if stamps and stamps[-1] > tb else None
-                end = offset + (last if last is not None else window.size / SAMPLE_RATE_HZ)
+                end = offset + (last if last is not None else window.size / SAMPLE_RATE)
                 if text := self._decode([t for t in tokens if t < tb]):
                     segments.append({"start": round(offset, 2), "end": round(end, 2),
                                      "text": text})  # fmt: skip

@@ -43,12 +43,11 @@ import numpy as np
 
 from fitwhisper.data.audio import padded_like_training
 from fitwhisper.errors import ConfigError
+from fitwhisper.whisper_facts import ENCODER_POSITIONS, SAMPLE_RATE, WINDOW_SAMPLES, token_text
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "model.pt"
-SAMPLE_RATE_HZ = 16_000
-WINDOW_S = 30  # openai-whisper pads every window to 30 s (n_audio_ctx 1500)
 
 # transformers name -> openai-whisper name, for the parts of a layer (see whisper/model.py)
 _LAYER_PARTS = {
@@ -223,7 +222,7 @@ def transcribe_openai(
     out = []
     for audio in audios:
         audio = np.ascontiguousarray(audio, dtype=np.float32)
-        duration = audio.size / SAMPLE_RATE_HZ
+        duration = audio.size / SAMPLE_RATE
         result = model.transcribe(
             padded_like_training(audio),
             language=language,
@@ -232,7 +231,7 @@ def transcribe_openai(
             # Off as in transformers: greedy without fallback loops more easily, and a loop
             # conditioned on would carry into the next window.
             condition_on_previous_text=False,
-            without_timestamps=not timestamps and audio.size <= WINDOW_S * SAMPLE_RATE_HZ,
+            without_timestamps=not timestamps and audio.size <= WINDOW_SAMPLES,
             fp16=False,
             verbose=None,
         )
@@ -293,8 +292,10 @@ def _check_representable(cfg: dict, model_dir: Path) -> None:
     for side in ("encoder", "decoder"):
         if cfg[f"{side}_ffn_dim"] > 4 * cfg["d_model"]:
             problems.append(f"{side}_ffn_dim over 4 x d_model (openai's MLP width)")
-    if cfg["max_source_positions"] != 1500:
-        problems.append("max_source_positions not 1500 (openai decodes 30 s windows)")
+    if cfg["max_source_positions"] != ENCODER_POSITIONS:
+        problems.append(
+            f"max_source_positions not {ENCODER_POSITIONS} (openai decodes 30 s windows)"
+        )
     if problems:
         raise ConfigError(
             f"openai-whisper cannot represent {model_dir}: " + "; ".join(problems),
@@ -410,7 +411,7 @@ def _clean(value) -> str | None:
     """A language or task as transformers may write it, bare: "<|zh|>" -> "zh"; "" -> None."""
     if not value:
         return None
-    return str(value).strip().removeprefix("<|").removesuffix("|>").lower() or None
+    return token_text(str(value)).lower() or None
 
 
 def _language_code(value, source: str) -> str | None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from fitwhisper.scoring import Score
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
-SAMPLE_RATE = 16_000
 LONG_FILE_S = 60.0  # about two 30 s windows: the long-form path, and the seam between them
 GAP_S = 1.0
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fitwhisper.whisper_facts import ENCODER_POSITIONS
+
 # name -> (d_model, encoder layers, decoder layers, attention heads, ffn dim)
 _SIZES: dict[str, tuple[int, int, int, int, int]] = {
     "tiny": (384, 4, 4, 6, 1536),
@@ -39,7 +41,7 @@ def _arch(size: str, vocab_size: int, num_mel_bins: int = 80) -> dict[str, Any]:
         "decoder_ffn_dim": ffn,
         "vocab_size": vocab_size,
         "num_mel_bins": num_mel_bins,
-        "max_source_positions": 1500,
+        "max_source_positions": ENCODER_POSITIONS,
         "max_target_positions": 448,
         **(_EN_IDS if vocab_size == 51864 else _MULTI_IDS),
     }

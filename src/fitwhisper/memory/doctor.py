@@ -36,6 +36,7 @@ from typing import Any
 
 from fitwhisper.method import METHOD_LABELS, bitsandbytes_runs_here, method_flags
 from fitwhisper.method import METHODS as ALL_METHODS
+from fitwhisper.whisper_facts import WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ VERDICT_SETTINGS: dict[str, Any] = {
     "per_device_train_batch_size": 1,
     "gradient_checkpointing": True,
     "optim": "adamw_torch",
-    "max_audio_len": 30.0,
+    "max_audio_len": WINDOW_SECONDS,
     "max_label_tokens": 448,
 }
 TIGHT = 0.9  # a prediction above this share of free memory fits, but with little margin

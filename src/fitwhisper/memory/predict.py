@@ -34,6 +34,7 @@ from typing import Any, Literal
 import torch
 
 from fitwhisper.errors import ConfigError
+from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,6 @@ CUDA_CONTEXT_BYTES = GIB // 2
 # Memory the caching allocator reserves beyond live tensors (rounding blocks to 2 MiB
 # segments, fragmentation), as a fraction of the peak of live tensors: a stated assumption.
 ALLOCATOR_SLACK = 0.10
-STANDARD_WINDOW_S = 30.0  # Whisper's encoder sees 30 s (3000 frames) in the standard recipe
-FRAMES_PER_S = 100  # log-mel frames per second; the encoder halves them (conv stride 2)
 BNB_BLOCK_4BIT = 64  # nf4 absmax block size (bitsandbytes default)
 BNB_BLOCK_OPTIM_8BIT = 256  # blockwise 8-bit optimizer state block size
 BNB_MIN_8BIT_SIZE = 4096  # smaller tensors keep 32-bit optimizer states
@@ -72,8 +71,8 @@ class MemoryRequest:
     lora_dropout: float = 0.05
     use_8bit: bool = False  # bitsandbytes int8 base weights (+ LoRA)
     use_4bit: bool = False  # bitsandbytes nf4 base weights (+ LoRA)
-    max_audio_len: float = 30.0  # longest clip, seconds; padded to the encoder window
-    encoder_window_s: float = STANDARD_WINDOW_S  # what the encoder sees (30 s standard)
+    max_audio_len: float = WINDOW_SECONDS  # longest clip, seconds; padded to the encoder window
+    encoder_window_s: float = WINDOW_SECONDS  # what the encoder sees (30 s standard)
     max_label_tokens: int = 448  # labels are padded to the longest in the batch
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     device: Device = "cuda"
@@ -178,7 +177,7 @@ class MemoryPrediction:
             f"{r.model}: {r.method}, {mixed}, batch {r.per_device_train_batch_size}, "
             f"{'gradient checkpointing' if r.gradient_checkpointing else 'no checkpointing'}\n"
             f"  {_m(self.params)} parameters, encoder input {self.encoder_frames} frames "
-            f"({self.encoder_frames / FRAMES_PER_S:g} s), labels {self.label_tokens} tokens, "
+            f"({self.encoder_frames / FRAMES_PER_SECOND:g} s), labels {self.label_tokens} tokens, "
             f"attention {self.attn_implementation}, device {r.device}\n"
         )
         lines = [f"  {'':18} {'GiB':>8}"]
@@ -219,7 +218,7 @@ def _predict_cached(req: MemoryRequest, config_json: str) -> MemoryPrediction:
 
     config = WhisperConfig(**json.loads(config_json))
     cuda = req.device == "cuda"
-    frames = int(round(req.encoder_window_s * FRAMES_PER_S))
+    frames = int(round(req.encoder_window_s * FRAMES_PER_SECOND))
     config.max_source_positions = frames // 2
     config._attn_implementation = req.attn_implementation
 
@@ -501,7 +500,7 @@ def _validate(req: MemoryRequest) -> None:
         problems.append("fp16 mixed precision needs a CUDA GPU; plan for --device cuda")
     if not 1 <= req.max_label_tokens <= 448:
         problems.append(f"--max_label_tokens must be 1-448 (got {req.max_label_tokens})")
-    if not 0 < req.encoder_window_s <= STANDARD_WINDOW_S:
+    if not 0 < req.encoder_window_s <= WINDOW_SECONDS:
         problems.append(f"the encoder window must be 0-30 s (got {req.encoder_window_s:g})")
     if req.max_audio_len > req.encoder_window_s:
         problems.append(

@@ -30,11 +30,10 @@ import torch
 
 from fitwhisper.errors import ModelLoadError
 from fitwhisper.paths import require_folder
+from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, TIMESTAMP_TOKENS
 
 log = logging.getLogger(__name__)
 
-CT2_MAX_SOURCE_POSITIONS = 1500  # encoder frames for 30 s of audio (3000 mel frames / 2)
-N_TIMESTAMP_TOKENS = 1501  # <|0.00|> .. <|30.00|> in steps of 0.02 s
 # Words that every Whisper vocabulary holds as one token; encoding them must give that token.
 # A tokenizer.json that lost a BPE merge still decodes fine but splits these (OFFLINE.md).
 _PROBE_WORDS = (" the", " and", " of", " to", " that")
@@ -363,17 +362,17 @@ def repair_tokenizer_json(tok: dict, vocab_size: int) -> tuple[dict, list[str]]:
     missing = vocab_size - n_tokens
     if missing > 0:
         last = added[-1]["content"] if added else None
-        if missing != N_TIMESTAMP_TOKENS or last != "<|notimestamps|>":
+        if missing != TIMESTAMP_TOKENS or last != "<|notimestamps|>":
             raise ModelLoadError(
                 f"tokenizer.json has {n_tokens} tokens but the model has {vocab_size}; "
-                f"the {missing} missing ones are not the {N_TIMESTAMP_TOKENS} timestamp tokens",
+                f"the {missing} missing ones are not the {TIMESTAMP_TOKENS} timestamp tokens",
                 hint="use the tokenizer.json that came with this model",
             )
-        for i in range(N_TIMESTAMP_TOKENS):
+        for i in range(TIMESTAMP_TOKENS):
             tok["added_tokens"].append(
                 {
                     "id": n_tokens + i,
-                    "content": f"<|{i * 0.02:.2f}|>",
+                    "content": f"<|{i * TIMESTAMP_SECONDS:.2f}|>",
                     "single_word": False,
                     "lstrip": False,
                     "rstrip": False,
@@ -381,7 +380,7 @@ def repair_tokenizer_json(tok: dict, vocab_size: int) -> tuple[dict, list[str]]:
                     "special": False,
                 }
             )
-        repairs.append(f"added {N_TIMESTAMP_TOKENS} timestamp tokens <|0.00|>..<|30.00|>")
+        repairs.append(f"added {TIMESTAMP_TOKENS} timestamp tokens <|0.00|>..<|30.00|>")
     elif missing < 0:
         raise ModelLoadError(
             f"tokenizer.json has {n_tokens} tokens but the model only {vocab_size}",

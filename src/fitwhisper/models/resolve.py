@@ -33,6 +33,7 @@ from fitwhisper.models.offline import (
     offline_model_path,
     stamp_hash,
 )
+from fitwhisper.whisper_facts import language_code
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ def recorded_language(spec: str | Path | ResolvedModel) -> str | None:
             return None
     if not getattr(gen, "is_multilingual", False) or not getattr(gen, "language", None):
         return None
-    return str(gen.language).strip("<|>")
+    return language_code(str(gen.language))
 
 
 # --- helpers ------------------------------------------------------------------------------

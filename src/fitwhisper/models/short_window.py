@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import types
 
+from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_FRAMES
+
 
 def allow_short_input(model) -> None:
     """Patch the model's encoder (in place) to accept 2..3000 mel frames.
@@ -92,9 +94,6 @@ def thirty_second_note(model_dir) -> str | None:
     )
 
 
-FULL_FRAMES = 3000  # 30 s of log-mel frames: Whisper's window
-
-
 def window_for(config, choice: str) -> str:
     """The encoder window inference uses: `choice` (full, short), or for auto the one the
     training run chose by measurement (train/window_choice.py); 30 s when none was."""
@@ -119,14 +118,14 @@ def record_inference_window(config, window: str, why: str) -> None:
 def short_frames(clip_frames: int, multiple: int = 2) -> int:
     """A window that holds `clip_frames`: rounded up to `multiple` (the encoder's second
     convolution has stride 2), at most 30 s."""
-    return min(FULL_FRAMES, max(multiple, clip_frames + (-clip_frames % multiple)))
+    return min(WINDOW_FRAMES, max(multiple, clip_frames + (-clip_frames % multiple)))
 
 
 # Inference only: the window runs 1 s past the batch's longest clip. Cut at the clip's end,
 # that clip has no room for its closing timestamp; on a model fine-tuned with the defaults
 # (40 short Mandarin clips, batches of 8) segment-timestamp CER went 8.62% -> 6.47% with the
 # margin (30 s windows: 5.64%), and 6.30% -> 6.14% without timestamps.
-INFERENCE_MARGIN_FRAMES = 100
+INFERENCE_MARGIN_FRAMES = FRAMES_PER_SECOND  # 1 s
 
 
 def inference_frames(clip_frames: int) -> int:
@@ -142,7 +141,7 @@ class ShortWindowCollator:
         self.collator = collator
 
     def __call__(self, features):
-        frames = max(int(f.get("clip_frames", FULL_FRAMES)) for f in features)
+        frames = max(int(f.get("clip_frames", WINDOW_FRAMES)) for f in features)
         batch = self.collator(features)
         batch["input_features"] = batch["input_features"][..., : inference_frames(frames)]
         return batch
@@ -157,7 +156,7 @@ def generate_short(model, input_features, *, generate=None, **kwargs):
     input's own: one segment, unpadded (temperature fallback and timestamps as usual).
     """
     generate = generate or model.generate
-    if input_features is None or input_features.shape[-1] >= FULL_FRAMES:
+    if input_features is None or input_features.shape[-1] >= WINDOW_FRAMES:
         return generate(input_features=input_features, **kwargs)
     allow_short_input(model)
     kwargs.pop("attention_mask", None)  # one window per clip: nothing to mask

@@ -92,8 +92,8 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
     from fitwhisper.codeswitch import dataset_language
     from fitwhisper.data import augment
-    from fitwhisper.data.batching import training_data
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
+    from fitwhisper.data.training_data import training_data
     from fitwhisper.train import ranks
     from fitwhisper.train.guard import tagged
 

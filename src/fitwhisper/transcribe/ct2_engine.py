@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ, padded_like_training
+from fitwhisper.data.audio import padded_like_training
 from fitwhisper.models.ct2_export import export_info  # the export's source, language, task
 from fitwhisper.transcribe.ct2_padding import padded_model
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
-from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+from fitwhisper.transcribe.options import TranscribeOptions
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
+from fitwhisper.whisper_facts import SAMPLE_RATE, WINDOW_SAMPLES, WINDOW_SECONDS, language_code
 
 log = logging.getLogger(__name__)
 
@@ -105,15 +106,11 @@ class CT2Engine:
             if self.speech_method and not self._pipeline_cuts(len(audio)):
                 speech[i] = find_speech(audio, self.speech_method)
                 if not speech[i].regions:  # nothing to decode: no text, not even "you"
-                    t = self._nothing(names[i], len(audio) / SAMPLE_RATE_HZ)
+                    t = self._nothing(names[i], len(audio) / SAMPLE_RATE)
                     progress(t.duration_s)
                     finished.add(i)
                     yield i, t
-        short = [
-            i
-            for i, a in enumerate(audios)
-            if i not in finished and len(a) <= SHORT_CLIP_S * SAMPLE_RATE_HZ
-        ]
+        short = [i for i, a in enumerate(audios) if i not in finished and len(a) <= WINDOW_SAMPLES]
         # Across-file batching needs one prompt language for the batch; the short window
         # is only on that path, so it takes a lone clip too.
         enough = len(short) > (0 if self.window == "short" else 1)
@@ -150,7 +147,7 @@ class CT2Engine:
         itself (Silero VAD, cutting at pauses); `--mode auto` is batched only with VAD."""
         mode = self.opts.mode
         batched = mode == "batched" or (mode == "auto" and self.opts.vad)
-        return batched and samples > SHORT_CLIP_S * SAMPLE_RATE_HZ
+        return batched and samples > WINDOW_SAMPLES
 
     def _nothing(self, name: str, duration: float) -> Transcript:
         return Transcript(name, (), self.language, duration, engine=self.name)
@@ -159,7 +156,7 @@ class CT2Engine:
         self, name: str, audio: np.ndarray, progress, speech: Speech | None
     ) -> Transcript:
         o = self.opts
-        duration = heard = len(audio) / SAMPLE_RATE_HZ
+        duration = heard = len(audio) / SAMPLE_RATE
         # auto: batched, the faster at equal CER on CPU (bench/RESULTS-transcribe.md).
         if self._pipeline_cuts(len(audio)):
             segments, info = self.pipeline.transcribe(
@@ -179,12 +176,12 @@ class CT2Engine:
             decoded = audio if speech is None else speech.audio(audio)
             # Up to 30 s: padded with silence, as in training (`ct2_padding`); a segment
             # that starts in that silence has nothing under it and is dropped below.
-            heard = len(decoded) / SAMPLE_RATE_HZ
+            heard = len(decoded) / SAMPLE_RATE
             segments, info = self.model.transcribe(
                 padded_like_training(decoded),
                 temperature=list(o.temperatures),
                 condition_on_previous_text=o.condition_on_previous_text,
-                without_timestamps=o.timestamps == "none" and duration <= SHORT_CLIP_S,
+                without_timestamps=o.timestamps == "none" and duration <= WINDOW_SECONDS,
                 vad_filter=False,
                 **self._common(),
             )
@@ -219,8 +216,8 @@ class CT2Engine:
             yield from zip(batch, done, strict=True)
 
     def _laid_end_to_end(self, names, audios, progress, pipeline) -> list[Transcript]:
-        offsets = np.cumsum([0] + [len(a) for a in audios[:-1]]) / SAMPLE_RATE_HZ
-        durations = [len(a) / SAMPLE_RATE_HZ for a in audios]
+        offsets = np.cumsum([0] + [len(a) for a in audios[:-1]]) / SAMPLE_RATE
+        durations = [len(a) / SAMPLE_RATE for a in audios]
         clips = [
             {"start": float(t), "end": float(t + d)}
             for t, d in zip(offsets, durations, strict=True)
@@ -247,14 +244,6 @@ class CT2Engine:
             progress(d)
             results.append(Transcript(name, tuple(segs), self.language, d, engine=self.name))
         return results
-
-
-def language_code(language: str) -> str:
-    """`zh`, `<|zh|>`, `chinese` or `Chinese` -> `zh` (what faster-whisper takes)."""
-    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-
-    text = language.strip("<|>").lower()
-    return TO_LANGUAGE_CODE.get(text, text)
 
 
 def _segment(i: int, s, duration: float, to_file: Callable) -> Segment:

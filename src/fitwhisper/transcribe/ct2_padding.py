@@ -24,8 +24,9 @@ class SilencePaddedFeatures:
 
     def __call__(self, waveform, padding=160, chunk_length=None):
         window_s = chunk_length or self._extractor.chunk_length
+        samples = window_s * self._extractor.sampling_rate  # faster-whisper's own figures
         return self._extractor(
-            padded_like_training(waveform, window_s), padding=padding, chunk_length=chunk_length
+            padded_like_training(waveform, samples), padding=padding, chunk_length=chunk_length
         )
 
     def __getattr__(self, name: str):

@@ -22,12 +22,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ
-from fitwhisper.data.features import HOP_LENGTH
 from fitwhisper.errors import ConfigError
 from fitwhisper.transcribe.formats import Segment, Transcript
-from fitwhisper.transcribe.options import SHORT_CLIP_S, TranscribeOptions
+from fitwhisper.transcribe.options import TranscribeOptions
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
+from fitwhisper.whisper_facts import (
+    FRAMES_PER_SECOND,
+    HOP_LENGTH,
+    SAMPLE_RATE,
+    WINDOW_FRAMES,
+    WINDOW_SAMPLES,
+    language_code,
+)
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -37,7 +43,6 @@ log = logging.getLogger(__name__)
 # transformers measures repetition on token ids (zlib ratio of their bytes), not on text as
 # openai-whisper does; its documentation recommends 1.35 where openai-whisper uses 2.4.
 HF_COMPRESSION_RATIO_THRESHOLD = 1.35
-MEL_FRAMES_PER_S = 100
 
 
 class TransformersEngine:
@@ -81,7 +86,7 @@ class TransformersEngine:
             getattr(gen, "language", None) if self.multilingual else None
         )
         lang_to_id = getattr(gen, "lang_to_id", None) or {}
-        self._lang_of_id = {v: k.strip("<|>") for k, v in lang_to_id.items()}
+        self._lang_of_id = {v: language_code(k) for k, v in lang_to_id.items()}
         self.prompt_ids = (
             self.processor.get_prompt_ids(opts.initial_prompt, return_tensors="pt").to(device)
             if opts.initial_prompt
@@ -104,10 +109,10 @@ class TransformersEngine:
         decoded = dict(zip(todo, self._generate(inputs, progress) if todo else [], strict=True))
         if progress:  # the audio skipped as silence is done too
             skipped = sum(len(a) for a in audios) - sum(len(a) for a in inputs)
-            progress(skipped / SAMPLE_RATE_HZ)
+            progress(skipped / SAMPLE_RATE)
         results = []
         for i, (name, audio) in enumerate(zip(names, audios, strict=True)):
-            duration = len(audio) / SAMPLE_RATE_HZ
+            duration = len(audio) / SAMPLE_RATE
             segments, lang = decoded.get(i, ((), self._default_language()))
             if speech[i] is not None:
                 segments = tuple(_to_file_times(s, speech[i], duration) for s in segments)
@@ -139,14 +144,14 @@ class TransformersEngine:
         done = [0.0]
 
         def monitor(p: torch.Tensor) -> None:  # p: (batch, 2) = (seek, max_frames) in frames
-            now = float(torch.minimum(p[:, 0], p[:, 1]).sum()) / MEL_FRAMES_PER_S
+            now = float(torch.minimum(p[:, 0], p[:, 1]).sum()) / FRAMES_PER_SECOND
             if progress and now > done[0]:
                 progress(now - done[0])
                 done[0] = now
 
         ratio = opts.compression_ratio_threshold or HF_COMPRESSION_RATIO_THRESHOLD
         # Without timestamps a clip of up to 30 s is one generate call (no seeking).
-        plain = opts.timestamps == "none" and feats.shape[-1] <= SHORT_CLIP_S * MEL_FRAMES_PER_S
+        plain = opts.timestamps == "none" and feats.shape[-1] <= WINDOW_FRAMES
         kwargs = dict(
             attention_mask=mask,
             return_timestamps=not plain,
@@ -167,12 +172,12 @@ class TransformersEngine:
             kwargs["max_new_tokens"] = opts.max_new_tokens
         with torch.inference_mode():
             out = generate_short(self.model, feats.to(self.device, self.model.dtype), **kwargs)
-        total = sum(len(a) for a in audios) / SAMPLE_RATE_HZ
+        total = sum(len(a) for a in audios) / SAMPLE_RATE
         if progress and total > done[0]:
             progress(total - done[0])
         results = []
         for i, audio in enumerate(audios):
-            duration = len(audio) / SAMPLE_RATE_HZ
+            duration = len(audio) / SAMPLE_RATE
             if plain:
                 text = self.processor.tokenizer.decode(out[i], skip_special_tokens=True)
                 segments = (Segment(0, 0.0, round(duration, 3), text),)
@@ -186,17 +191,17 @@ class TransformersEngine:
         model, else unknown."""
         if not self.multilingual:
             return "en"
-        return self.language.strip("<|>") if self.language else None
+        return language_code(self.language) if self.language else None
 
     # --- helpers --------------------------------------------------------------------------
 
     def _features(self, audios: Sequence[np.ndarray]):
         fe = self.processor.feature_extractor
-        if max(len(a) for a in audios) > SHORT_CLIP_S * SAMPLE_RATE_HZ:
+        if max(len(a) for a in audios) > WINDOW_SAMPLES:
             # Whole files, padded to the longest; the mask tells generate where each ends.
             inputs = fe(
                 list(audios),
-                sampling_rate=SAMPLE_RATE_HZ,
+                sampling_rate=SAMPLE_RATE,
                 return_tensors="pt",
                 truncation=False,
                 padding="longest",
@@ -205,7 +210,7 @@ class TransformersEngine:
         else:
             inputs = fe(
                 list(audios),
-                sampling_rate=SAMPLE_RATE_HZ,
+                sampling_rate=SAMPLE_RATE,
                 return_tensors="pt",
                 return_attention_mask=True,
             )
@@ -220,10 +225,10 @@ class TransformersEngine:
         import torch
 
         if self.language:
-            return [self.language.strip("<|>")] * feats.shape[0]
+            return [language_code(self.language)] * feats.shape[0]
         with torch.inference_mode():
             ids = self.model.detect_language(
-                input_features=feats[..., :3000].to(self.device, self.model.dtype)
+                input_features=feats[..., :WINDOW_FRAMES].to(self.device, self.model.dtype)
             )
         return [self._lang_of_id.get(int(i), "en") for i in ids]
 

@@ -17,7 +17,6 @@ Mode = Literal["auto", "sequential", "batched"]
 Timestamps = Literal["none", "segment", "word"]
 Task = Literal["transcribe", "translate"]
 
-SHORT_CLIP_S = 30.0  # one Whisper window: clips up to this long are decoded in one pass
 # Whisper's temperature fallback schedule (openai-whisper's default).
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 

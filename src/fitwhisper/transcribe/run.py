@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fitwhisper.data.audio import AudioDecodeError, load_audio, probe_audio
+from fitwhisper.data.audio import CONVERT_COMMAND, AudioDecodeError, load_audio, probe_audio
 from fitwhisper.errors import ConfigError, FitWhisperError
 from fitwhisper.transcribe.formats import Transcript
 from fitwhisper.transcribe.inputs import InputProblem
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_CONVERT_HINT = "convert it to WAV or FLAC, e.g. `ffmpeg -i IN -ar 16000 -ac 1 OUT.flac`"
+_CONVERT_HINT = f"convert it to WAV or FLAC, e.g. `{CONVERT_COMMAND}`"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from fitwhisper.data.audio import SAMPLE_RATE_HZ
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Speech:
         ends, removed = self._joints
         if not ends:
             return t
-        return (round(t * SAMPLE_RATE_HZ) + removed[self._region(t, is_end)]) / SAMPLE_RATE_HZ
+        return (round(t * SAMPLE_RATE) + removed[self._region(t, is_end)]) / SAMPLE_RATE
 
     def span(self, start: float, end: float) -> tuple[float, float]:
         """A decoded segment -> its (start, end) in the file, on one region. Whisper often
@@ -76,18 +76,18 @@ class Speech:
 
             def overlap(k: int) -> float:
                 lo = ends[k - 1] if k else 0
-                return min(end * SAMPLE_RATE_HZ, ends[k]) - max(start * SAMPLE_RATE_HZ, lo)
+                return min(end * SAMPLE_RATE, ends[k]) - max(start * SAMPLE_RATE, lo)
 
             first = last = max(range(first, last + 1), key=overlap)
-            start = max(start, (ends[first - 1] if first else 0) / SAMPLE_RATE_HZ)
-            end = min(end, ends[first] / SAMPLE_RATE_HZ)
-        to_file = (round(start * SAMPLE_RATE_HZ) + removed[first]) / SAMPLE_RATE_HZ
-        return to_file, (round(end * SAMPLE_RATE_HZ) + removed[last]) / SAMPLE_RATE_HZ
+            start = max(start, (ends[first - 1] if first else 0) / SAMPLE_RATE)
+            end = min(end, ends[first] / SAMPLE_RATE)
+        to_file = (round(start * SAMPLE_RATE) + removed[first]) / SAMPLE_RATE
+        return to_file, (round(end * SAMPLE_RATE) + removed[last]) / SAMPLE_RATE
 
     def _region(self, t: float, is_end: bool) -> int:
         ends = self._joints[0]
         find = bisect.bisect_left if is_end else bisect.bisect_right
-        return min(find(ends, round(t * SAMPLE_RATE_HZ)), len(ends) - 1)
+        return min(find(ends, round(t * SAMPLE_RATE)), len(ends) - 1)
 
     @cached_property
     def _joints(self) -> tuple[list[int], list[int]]:
@@ -139,7 +139,7 @@ def energy_regions(audio: np.ndarray) -> tuple[tuple[int, int], ...]:
     frames = np.zeros(n * FRAME, np.float64)
     frames[: len(audio)] = audio
     rms = np.sqrt(np.mean(np.square(frames.reshape(n, FRAME)), axis=1))
-    gap, pad = round(MIN_SILENCE_S * SAMPLE_RATE_HZ), round(SPEECH_PAD_S * SAMPLE_RATE_HZ)
+    gap, pad = round(MIN_SILENCE_S * SAMPLE_RATE), round(SPEECH_PAD_S * SAMPLE_RATE)
     regions: list[tuple[int, int]] = []
     for i in np.flatnonzero(rms > SILENCE_RMS):
         start = max(0, int(i) * FRAME - pad)
