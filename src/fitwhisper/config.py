@@ -694,10 +694,10 @@ class TrainConfig:
     def encoder_input_mode(self) -> str:
         """--encoder_input, with the earlier --short_encoder_input read as trimmed, once
         `train` answered auto (train/run_plan.py, the one place that does)."""
+        if self.short_encoder_input and self.encoder_input in ("auto", "full"):
+            return "trimmed"
         if self.encoder_input == "auto":
             raise ValueError("--encoder_input auto is answered by train/run_plan.py first")
-        if self.short_encoder_input and self.encoder_input == "full":
-            return "trimmed"
         return self.encoder_input
 
 

@@ -161,7 +161,9 @@ def option_problems(model_cfg, train_cfg) -> list[str]:
             "--cache_encoder_outputs needs --freeze_encoder: a trained encoder's outputs "
             "change every step"
         )
-    if (mode := train_cfg.encoder_input_mode) != "full":
+    # auto is answered full with the cache (train/run_plan.py); only a mode asked for conflicts.
+    asked = train_cfg.encoder_input != "auto" or train_cfg.short_encoder_input
+    if asked and (mode := train_cfg.encoder_input_mode) != "full":
         problems.append(
             f"--cache_encoder_outputs and --encoder_input {mode}: the cache holds the "
             "encoder's outputs of 30 s windows, a trimmed batch has fewer frames; use "
