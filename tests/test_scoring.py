@@ -107,3 +107,35 @@ def test_defaults_per_language(language, metric, normalizer):
 def test_length_mismatch_is_an_error():
     with pytest.raises(ValueError, match="2 references but 1 hypotheses"):
         score(["a", "b"], ["a"], "wer", TextNormalizer("none"))
+
+
+@pytest.mark.parametrize(
+    "spelled, written",
+    [
+        ("zero three five one", "0351"),
+        ("zero zero seven", "007"),
+        ("call oh one two three", "call 0123"),
+    ],
+)
+def test_a_digit_string_scores_the_same_spelled_or_written_leading_zeros_kept(
+    spelled: str, written: str
+) -> None:
+    """Whisper's normaliser keeps the zeros of a spelled string and dropped those of a
+    written one ("0351" -> "351"): a model writing the digits of a spelled reference was
+    counted wrong."""
+    english = TextNormalizer("whisper_english")
+    assert english(spelled) == english(written)
+    assert english("0351") == "0351" and english("10.05") != english("10.5")
+
+
+def test_digit_by_digit_scoring_counts_each_digit_and_says_so() -> None:
+    from fitwhisper.evaluate import make_scorer
+
+    metric, each = make_scorer("en", digits="each")
+    reference, hypothesis = "my number is 0 3 5 1 2 4 6 8", "my number is 0 3 5 1 2 4 6 9"
+    whole = score([reference], [hypothesis], "wer", TextNormalizer("whisper_english"))
+    per_digit = score([reference], [hypothesis], metric, each)
+    assert (whole.errors, whole.ref_units) == (1, 4)  # the 8-digit number is one word
+    assert (per_digit.errors, per_digit.ref_units) == (1, 11)
+    assert "every digit a word" in per_digit.normalizer
+    assert "every digit" not in whole.normalizer

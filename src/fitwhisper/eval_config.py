@@ -77,6 +77,16 @@ class EvalConfig:
             "(二十九 -> 29); chinese: digits to Chinese numerals. Applied to both sides."
         },
     )
+    digits: Literal["numbers", "each"] = field(
+        default="numbers",
+        metadata={
+            "help": "How digit strings count in WER. numbers (default, as Whisper's English "
+            "normaliser and published figures count them): a run of digits is one word "
+            '("zero three five one" and "0351" are both 0351); each: every digit is a '
+            "word, for number domains (phone numbers, codes), so one wrong digit of eight "
+            "costs one word in eight, not the whole number. Applied to both sides."
+        },
+    )
     output_script: str | None = field(
         default=None,
         metadata={

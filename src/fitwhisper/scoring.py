@@ -116,6 +116,7 @@ class TextNormalizer:
         name: NormalizerName,
         opencc_config: str | None = None,
         options: NormalizeOptions | None = None,
+        digits: str = "numbers",
     ) -> None:
         if name == "auto":
             raise ValueError("resolve 'auto' with normalizer_for_language() first")
@@ -131,7 +132,10 @@ class TextNormalizer:
                 f"normaliser, not {name!r}",
                 hint="add --normalizer chinese, or leave those options at their defaults",
             )
+        if digits not in DIGIT_MODES:
+            raise ConfigError(f"unknown digits mode {digits!r}", hint="use numbers or each")
         self.name = name
+        self.digits = digits
         self.options = options
         self.opencc_config = check_opencc_config(opencc_config)
         self._fn = _build(name, options)
@@ -140,7 +144,10 @@ class TextNormalizer:
     def __call__(self, text: str) -> str:
         if self._opencc is not None:
             text = self._opencc.convert(text)
-        return self._fn(text)
+        text = self._fn(text)
+        if self.digits == "each":
+            text = " ".join(_EACH_DIGIT.sub(r" \g<0> ", text).split())
+        return text
 
     def describe(self) -> str:
         """One line for reports: which normalisation was applied to both sides."""
@@ -149,7 +156,8 @@ class TextNormalizer:
         conv = f" + OpenCC {self.opencc_config}" if self.opencc_config else ""
         if not conv and self.name == "chinese":
             conv = " + no OpenCC"
-        return f"{self.name}{opts}{conv} (applied to reference and hypothesis alike)"
+        digits = "; every digit a word" if self.digits == "each" else ""
+        return f"{self.name}{opts}{conv}{digits} (applied to reference and hypothesis alike)"
 
 
 @dataclass(frozen=True)
@@ -302,7 +310,7 @@ def _build(name: NormalizerName, options: NormalizeOptions):
         from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
         english = EnglishTextNormalizer(_english_spelling())
-        return lambda text: _join_digit_runs(english(text))
+        return lambda text: _join_digit_runs(english(_spaced_leading_zeros(text)))
     if name == "whisper_basic":
         from transformers.models.whisper.english_normalizer import BasicTextNormalizer
 
@@ -317,6 +325,19 @@ def _build(name: NormalizerName, options: NormalizeOptions):
 # ("7 3 0 1" -> "7 3 0 one"): the same digit string would score up to 300% WER. A run of
 # single digits, "one" among them, is joined into one number as the spelled form is.
 _DIGIT_RUN = re.compile(r"(?<!\S)(?:\d|one)(?: (?:\d|one))+(?!\S)")
+
+
+# It also reads a written digit string as a number, dropping its leading zeros ("0351" ->
+# "351"), while the spelled "zero three five one" keeps them ("0351"): the same string
+# written two ways would differ. Written strings that start with 0 are spaced into digits
+# first, which the join above puts back together, zeros kept, on both sides.
+_LEADING_ZERO = re.compile(r"(?<![\d.,])0\d+(?![.,]?\d)")
+_EACH_DIGIT = re.compile(r"\d")
+DIGIT_MODES = ("numbers", "each")
+
+
+def _spaced_leading_zeros(text: str) -> str:
+    return _LEADING_ZERO.sub(lambda m: " ".join(m.group()), text)
 
 
 def _join_digit_runs(text: str) -> str:

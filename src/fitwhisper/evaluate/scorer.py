@@ -31,6 +31,7 @@ def make_scorer(
     normalizer: str = "auto",
     opencc: str | None = None,
     options: NormalizeOptions | None = None,
+    digits: str = "numbers",
 ) -> tuple[Metric, TextNormalizer]:
     """Pick the metric and normaliser for a language (CER for Chinese, WER otherwise).
 
@@ -41,7 +42,8 @@ def make_scorer(
     name = normalizer_for_language(language) if normalizer == "auto" else normalizer
     if normalizer == "auto" and options not in (None, NormalizeOptions()):
         name = "chinese"
-    return chosen_metric, TextNormalizer(name, opencc_config=opencc, options=options)  # type: ignore[arg-type]
+    normalizer_obj = TextNormalizer(name, opencc_config=opencc, options=options, digits=digits)  # type: ignore[arg-type]
+    return chosen_metric, normalizer_obj
 
 
 def scorer_for(cfg: EvalConfig) -> tuple[Metric, TextNormalizer]:
@@ -50,7 +52,9 @@ def scorer_for(cfg: EvalConfig) -> tuple[Metric, TextNormalizer]:
     options = NormalizeOptions(
         punctuation=cfg.punctuation, spaces=cfg.spaces, case=cfg.case, numerals=cfg.numerals
     )
-    return make_scorer(cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, options)
+    return make_scorer(
+        cfg.language, cfg.metric, cfg.normalizer, cfg.opencc, options, digits=cfg.digits
+    )
 
 
 def resolve_expected_script(
