@@ -43,10 +43,13 @@ def generate_texts(
     batch_size: int,
     max_length: int | None,
     groups: Sequence[tuple[str | None, list[int]]],
+    hit_limit: dict[int, bool] | None = None,
 ) -> dict[int, str]:
     """Each clip's generated text, by dataset index, group by group (Whisper prompts a batch
     in one language: `groups` pairs a language, None for the generation config's, with the
-    clip indices it holds). The model's language and training mode are restored after."""
+    clip indices it holds). The model's language and training mode are restored after.
+    `hit_limit`, when given, receives each clip's "no end-of-text token": generation stopped
+    at the length limit, a sign of a runaway (hallucinated) output."""
     from torch.utils.data import Subset
 
     from fitwhisper.evaluate.scorer import decode
@@ -69,11 +72,15 @@ def generate_texts(
                 pin_memory=device.type == "cuda",
             )
             out: list[str] = []
+            cut: list[bool] = []
             for batch in batches:
                 inputs = {k: v for k, v in batch.items() if k not in _TEACHER_FORCING_KEYS}
                 ids, chunk = _generate_batch(model, inputs, device, max_length, chunk)
                 out += decode(tokenizer, ids)
+                cut += [tokenizer.eos_token_id not in row for row in ids]
             texts.update(zip(idx, out, strict=True))
+            if hit_limit is not None:
+                hit_limit.update(zip(idx, cut, strict=True))
     finally:
         gen.language = saved_language
         model.train(was_training)

@@ -22,7 +22,7 @@ def score_held_out(model, processor, data, model_cfg: ModelConfig, train_cfg: Tr
     `when` names the moment in the log ("before fine-tuning", "final"); `window` the
     encoder window (full: 30 s; short: each batch's longest clip)."""
     from fitwhisper.chinese_script import expected_script
-    from fitwhisper.evaluate import evaluate_model, scoring_language
+    from fitwhisper.evaluate import audio_file, evaluate_model, scoring_language
 
     rows = data.eval_rows
     cfg = EvalConfig(
@@ -33,8 +33,10 @@ def score_held_out(model, processor, data, model_cfg: ModelConfig, train_cfg: Tr
         expected_script=expected_script(model_cfg.output_script) or "auto",
         encoder_window=window,
     )
-    res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
-                         [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip
+    res = evaluate_model(
+        model, processor, data.eval_ds, [r.text for r in rows], [r.id for r in rows], cfg,
+        collator=data.collator, audio=[audio_file(r) for r in rows],
+    )  # fmt: skip
     res.write(out_dir)
     log.info("%s %s on %d held-out clips: %.2f%% (%s)", when, res.score.metric.upper(),
              len(rows), 100 * res.score.normalized, res.score.normalizer)  # fmt: skip

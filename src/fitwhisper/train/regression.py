@@ -109,6 +109,7 @@ class RegressionGuard:
                 ),  # fmt: skip
                 languages=per_row,
                 model_name=name,
+                audio=[audio_file(r) for r in self.rows],
             )
         finally:
             gen.language, gen.task, gen.forced_decoder_ids = saved
