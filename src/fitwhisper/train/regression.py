@@ -84,7 +84,7 @@ class RegressionGuard:
         import dataclasses
 
         from fitwhisper.data.features import SpeechDataset
-        from fitwhisper.evaluate import evaluate_model, scoring_language
+        from fitwhisper.evaluate import audio_file, evaluate_model, scoring_language
         from fitwhisper.models.generation import language_for
 
         gen = model.generation_config
