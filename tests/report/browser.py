@@ -14,8 +14,10 @@ from pathlib import Path
 
 
 def chromium_path() -> str | None:
-    return next((p for n in ("chromium", "chromium-browser", "google-chrome")
-                 if (p := shutil.which(n))), None)  # fmt: skip
+    return next(
+        (p for n in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(n))),
+        None,
+    )
 
 
 class Browser:
@@ -29,16 +31,23 @@ class Browser:
         # The child reads commands on fd 3 and writes answers on fd 4.
         self.proc = subprocess.Popen(
             [
-                executable, "--headless", "--no-sandbox", "--disable-gpu",
-                "--remote-debugging-pipe", f"--user-data-dir={self._profile.name}",
-                f"--window-size={width},{height}", "--no-first-run", "--mute-audio",
-                "--autoplay-policy=no-user-gesture-required", "about:blank",
+                executable,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={self._profile.name}",
+                f"--window-size={width},{height}",
+                "--no-first-run",
+                "--mute-audio",
+                "--autoplay-policy=no-user-gesture-required",
+                "about:blank",
             ],
             pass_fds=(3, 4),
             preexec_fn=lambda: (os.dup2(to_child_r, 3), os.dup2(from_child_w, 4)) and None,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._buf = b""
@@ -46,9 +55,9 @@ class Browser:
         self.events: list[dict] = []
         targets = self.call("Target.getTargets")["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
-        self.session = self.call(
-            "Target.attachToTarget", targetId=page["targetId"], flatten=True
-        )["sessionId"]
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)[
+            "sessionId"
+        ]
 
     def call(self, method: str, session: bool = False, timeout: float = 30, **params) -> dict:
         self._id += 1
@@ -69,8 +78,9 @@ class Browser:
         return self.call(method, session=True, **params)
 
     def evaluate(self, expression: str):
-        r = self.page("Runtime.evaluate", expression=expression, returnByValue=True,
-                      awaitPromise=True)  # fmt: skip
+        r = self.page(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in r:
             raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
         return r["result"].get("value")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from tests.report.browser import Browser, chromium_path
 
 BROWSER_REQUIRED = os.environ.get("FITWHISPER_BROWSER_TESTS") == "required"

@@ -18,8 +18,13 @@ def open_page(b: Browser, page: Path) -> float:
 
 def full_screenshot(b: Browser, path: Path, height: int | None = None) -> Path:
     h = height or int(b.evaluate("document.documentElement.scrollHeight"))
-    b.page("Emulation.setDeviceMetricsOverride", width=1400, height=min(h, 4000),
-           deviceScaleFactor=1, mobile=False)  # fmt: skip
+    b.page(
+        "Emulation.setDeviceMetricsOverride",
+        width=1400,
+        height=min(h, 4000),
+        deviceScaleFactor=1,
+        mobile=False,
+    )
     b.screenshot(path)
     print(f"\nscreenshot: {path}")
     return path
@@ -37,17 +42,41 @@ def generated_evaluation(folder: Path, n: int, audio: list[Path], *, worse: int 
         if i < worse:
             hyp += " again"
         s, ins = int(i % 3 == 0), int(i < worse)
-        rows.append({"id": f"clip_{i:05d}", "reference": ref, "hypothesis": hyp,
-                     "reference_normalized": ref, "hypothesis_normalized": hyp,
-                     "errors": s + ins, "substitutions": s, "deletions": 0, "insertions": ins,
-                     "ref_units": 7, "units": "words", "wer": (s + ins) / 7,
-                     "audio": str(audio[i % len(audio)]), "language": "en",
-                     "hit_limit": False})  # fmt: skip
+        rows.append(
+            {
+                "id": f"clip_{i:05d}",
+                "reference": ref,
+                "hypothesis": hyp,
+                "reference_normalized": ref,
+                "hypothesis_normalized": hyp,
+                "errors": s + ins,
+                "substitutions": s,
+                "deletions": 0,
+                "insertions": ins,
+                "ref_units": 7,
+                "units": "words",
+                "wer": (s + ins) / 7,
+                "audio": str(audio[i % len(audio)]),
+                "language": "en",
+                "hit_limit": False,
+            }
+        )
         errors, units = errors + s + ins, units + 7
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    metrics = {"model": "generated", "manifest": "", "metric": "wer", "wer": errors / units,
-               "wer_raw": errors / units, "errors": errors, "ref_units": units,
-               "n_utterances": n, "units": "words", "substitutions": sum(r["substitutions"]
-               for r in rows), "deletions": 0, "insertions": worse, "normalizer": "none"}  # fmt: skip
+    metrics = {
+        "model": "generated",
+        "manifest": "",
+        "metric": "wer",
+        "wer": errors / units,
+        "wer_raw": errors / units,
+        "errors": errors,
+        "ref_units": units,
+        "n_utterances": n,
+        "units": "words",
+        "deletions": 0,
+        "insertions": worse,
+        "substitutions": sum(r["substitutions"] for r in rows),
+        "normalizer": "none",
+    }
     (folder / "metrics.json").write_text(json.dumps(metrics))
     return folder

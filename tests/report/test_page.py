@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from fitwhisper.report import write_report
 from tests.conftest import REPO, write_tone
 from tests.report.pages import full_screenshot, generated_evaluation, open_page
+
+from fitwhisper.report import write_report
 
 ENV = {
     **os.environ,
@@ -24,12 +25,36 @@ ENV = {
 def train_argv(model: Path, manifest: Path, out: Path) -> list[str]:
     """A four-step run that logs every step and evaluates twice."""
     return [
-        sys.executable, "-m", "fitwhisper", "train", "--model", str(model),
-        "--train_manifest", str(manifest), "--eval_manifest", str(manifest),
-        "--output_dir", str(out), "--max_steps", "4", "--logging_steps", "1",
-        "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "no",
-        "--per_device_train_batch_size", "3", "--learning_rate", "3e-3",
-        "--generation_max_length", "12", "--seed", "0",
+        sys.executable,
+        "-m",
+        "fitwhisper",
+        "train",
+        "--model",
+        str(model),
+        "--train_manifest",
+        str(manifest),
+        "--eval_manifest",
+        str(manifest),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "4",
+        "--logging_steps",
+        "1",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--per_device_train_batch_size",
+        "3",
+        "--learning_rate",
+        "3e-3",
+        "--generation_max_length",
+        "12",
+        "--seed",
+        "0",
     ]
 
 
@@ -39,8 +64,9 @@ def tone_clips(folder: Path) -> Path:
     for i in range(6):
         rel = f"clips/tone_{i}.wav"
         write_tone(folder / rel, 0.6 + 0.2 * i, freq=300.0 + 50 * i)
-        rows.append({"audio_path": rel, "text": f"tone number {i} is playing",
-                     "speaker": f"spk{i % 2}"})
+        rows.append(
+            {"audio_path": rel, "text": f"tone number {i} is playing", "speaker": f"spk{i % 2}"}
+        )
     path = folder / "clips.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -53,8 +79,14 @@ def real_run(tiny_whisper_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     manifest = tone_clips(root)
     out, log_file = root / "run", root / "train.log"
     with log_file.open("w") as err:
-        subprocess.run(train_argv(tiny_whisper_dir, manifest, out), cwd=root, env=ENV,
-                       stdout=subprocess.PIPE, stderr=err, check=True)
+        subprocess.run(
+            train_argv(tiny_whisper_dir, manifest, out),
+            cwd=root,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            check=True,
+        )
     return {"root": root, "out": out, "log": log_file.read_text(encoding="utf-8")}
 
 
@@ -76,13 +108,17 @@ def test_a_real_runs_report_opens_with_its_curves_clips_marks_and_audio(
         "!!f.querySelector('canvas')])"
     )
     assert {t: (n, c) for t, n, c in points} == {
-        "training loss": (4, True), "learning rate": (4, True),
-        "evaluation error rate": (2, True), "evaluation loss": (2, True),
-        "memory per logging step": (4, True), "clips per second": (4, True),
+        "training loss": (4, True),
+        "learning rate": (4, True),
+        "evaluation error rate": (2, True),
+        "evaluation loss": (2, True),
+        "memory per logging step": (4, True),
+        "clips per second": (4, True),
     }
 
     # The clip table: every held-out clip, with its speaker; S/D/I marked where they are.
-    predictions = [json.loads(x) for x in (out / "eval" / "predictions.jsonl").read_text().splitlines()]
+    lines = (out / "eval" / "predictions.jsonl").read_text().splitlines()
+    predictions = [json.loads(x) for x in lines]
     rows = browser.evaluate(
         "Array.from(document.querySelectorAll('#clip-table tbody tr')).map(r => "
         "[r.cells[0].textContent, r.cells[3].textContent, r.querySelectorAll('.op-s').length, "
@@ -157,3 +193,12 @@ def test_two_evaluations_side_by_side_clip_by_clip(browser, tmp_path: Path) -> N
     cards = browser.evaluate("document.querySelector('.cards').textContent")
     assert "0 clips better, 4 worse, 26 the same" in cards
     full_screenshot(browser, tmp_path / "comparison.png")
+
+
+def test_a_log_file_gets_one_plain_line_per_step_and_no_bar(real_run: dict) -> None:
+    """The same run's stderr, redirected to a file: the lines, without a progress bar."""
+    from tests.train.test_console import check_plain_log
+
+    log = real_run["log"]
+    check_plain_log(log, steps=4, evals=2)
+    assert not re.search(r"\d+/4 \[", log), "no progress bar in a file"

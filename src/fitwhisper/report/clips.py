@@ -14,8 +14,22 @@ from pathlib import Path
 from fitwhisper.scoring import aligned_units
 
 # One row of the page's table, in this order (rows are lists: 5,000 clips stay small).
-COLUMNS = ("id", "audio", "duration", "speaker", "language", "errors", "units", "rate",
-           "S", "D", "I", "ops", "flags", "before_errors")  # fmt: skip
+COLUMNS = (
+    "id",
+    "audio",
+    "duration",
+    "speaker",
+    "language",
+    "errors",
+    "units",
+    "rate",
+    "S",
+    "D",
+    "I",
+    "ops",
+    "flags",
+    "before_errors",
+)
 SHORT_CLIP_S = 1.0  # text on a clip shorter than this is suspect
 REPEAT_N, REPEAT_TIMES = 2, 3  # an n-gram said this many times in a row, and not in the reference
 SPEAKER_KEYS = ("speaker", "speaker_id", "client_id", "spk")

@@ -10,8 +10,19 @@ from fitwhisper.report.clips import COLUMNS
 from fitwhisper.report.gather import gather, paired_change, read_jsonl
 
 # The comparison table's row, in this order.
-PAIR_COLUMNS = ("id", "audio", "duration", "speaker", "language", "units", "errors_a",
-                "errors_b", "change", "ops_a", "ops_b")  # fmt: skip
+PAIR_COLUMNS = (
+    "id",
+    "audio",
+    "duration",
+    "speaker",
+    "language",
+    "units",
+    "errors_a",
+    "errors_b",
+    "change",
+    "ops_a",
+    "ops_b",
+)
 
 
 def predictions_file(folder: Path) -> Path:

@@ -32,7 +32,7 @@ TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "clips_per_second")
 
 
 def kind_of(folder: Path) -> str:
-    """"run", "evaluation" or "comparison" (evaluate --compare's folder); "" when neither."""
+    """ "run", "evaluation" or "comparison" (evaluate --compare's folder); "" when neither."""
     if (folder / "trainer_state.json").is_file() or (folder / "fitwhisper.yaml").is_file():
         return "run"
     if (folder / "comparison.json").is_file():
@@ -90,7 +90,8 @@ def scored_set(
     if before_dir and (before_dir / "predictions.jsonl").is_file():
         before = read_jsonl(before_dir / "predictions.jsonl")
     meta = dict(meta or {})
-    for cid, extra in manifest_meta(manifest or metrics.get("manifest"), base or Path.cwd()).items():
+    speakers = manifest_meta(manifest or metrics.get("manifest"), base or Path.cwd())
+    for cid, extra in speakers.items():
         meta.setdefault(cid, {}).update(extra)
     rows = clip_rows(
         predictions, metric, report_dir, meta=meta, before=before, embed_audio=embed_audio

@@ -10,9 +10,7 @@ from importlib import resources
 
 
 def _asset(name: str) -> str:
-    return (resources.files("fitwhisper") / "report" / "assets" / name).read_text(
-        encoding="utf-8"
-    )
+    return (resources.files("fitwhisper") / "report" / "assets" / name).read_text(encoding="utf-8")
 
 
 def _clean(value):

@@ -37,7 +37,7 @@ def by_duration(rows: list[list], columns: tuple[str, ...]) -> list[dict]:
         i = next((i for i in range(len(edges) - 1) if row[d] < edges[i + 1]), len(edges) - 1)
         label = f"{edges[i]:g}-{edges[i + 1]:g} s" if i < len(edges) - 1 else f">{edges[-1]:g} s"
         groups[label].append(row)
-    order = {f"{a:g}-{b:g} s": i for i, (a, b) in enumerate(zip(edges, edges[1:]))}
+    order = {f"{a:g}-{b:g} s": i for i, (a, b) in enumerate(zip(edges, edges[1:], strict=False))}
     return [_group(k, groups[k], e, u) for k in sorted(groups, key=lambda k: order.get(k, 99))]
 
 
@@ -54,5 +54,10 @@ def by_key(rows: list[list], columns: tuple[str, ...], key: str) -> list[dict]:
 
 def _group(label: str, rows: list[list], e: int, u: int) -> dict:
     errors, units = sum(r[e] for r in rows), sum(r[u] for r in rows)
-    return {"group": label, "clips": len(rows), "errors": errors, "units": units,
-            "rate": errors / units if units else None}  # fmt: skip
+    return {
+        "group": label,
+        "clips": len(rows),
+        "errors": errors,
+        "units": units,
+        "rate": errors / units if units else None,
+    }

@@ -2,7 +2,8 @@
 the dictionaries Trainer prints (PrinterCallback, ProgressCallback), and a progress bar
 when stderr is a terminal.
 
-    step 40/400 · epoch 0.50 · loss 1.365 · lr 1.0e-05 · 21.3 clips/s · 0:12:10 left · memory 5.1 GiB of 6.0 planned
+    step 40/400 · epoch 0.50 · loss 1.365 · lr 1.0e-05 · 21.3 clips/s · 0:12:10 left
+        · memory 5.10 GiB of 6.00 planned      (one line)
     step 40/400 · eval WER 18.20% · eval loss 0.412
 
 Only the console changes: TensorBoard and W&B still receive every figure of the logs, and
@@ -49,8 +50,13 @@ class ConsoleLog(TrainerCallback):
         if self.bar_wanted and state.is_world_process_zero:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, unit="step",
-                            dynamic_ncols=True, file=sys.stderr)  # fmt: skip
+            self.bar = tqdm(
+                total=state.max_steps,
+                initial=state.global_step,
+                unit="step",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -67,8 +73,9 @@ class ConsoleLog(TrainerCallback):
                     state.log_history[-1]["clips_per_second"] = rate
         if not state.is_world_process_zero:
             return
-        line = format_line(logs, state.global_step, state.max_steps, self._left(state),
-                           self.planned_mib)  # fmt: skip
+        line = format_line(
+            logs, state.global_step, state.max_steps, self._left(state), self.planned_mib
+        )
         if line is None:
             return
         if self.bar is not None:
