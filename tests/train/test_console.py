@@ -5,12 +5,15 @@ dictionaries."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -98,6 +101,8 @@ def test_on_a_terminal_the_lines_come_with_a_progress_bar(
         "false",
     ]
     master, slave = pty.openpty()
+    # A terminal 120 columns wide: tqdm draws nothing on one of zero columns.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     proc = subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     seen = b""
