@@ -98,3 +98,21 @@ def test_a_report_that_fails_is_a_warning_and_the_run_goes_on(
     assert report_quietly(folder) is None
     assert "could not write the HTML report of" in caplog.text
     assert not (folder / "report.html").exists()
+
+
+def test_an_evaluate_compare_folder_reports_the_baseline_against_the_model(
+    tmp_path: Path,
+) -> None:
+    audio = [write_tone(tmp_path / "a.wav", 1.0)]
+    out = tmp_path / "cmp"
+    for slug, name, worse in (("offline-tiny.en", "offline/tiny.en", 3), ("run-final", "run", 0)):
+        generated_evaluation(out / slug, 6, audio, worse=worse)
+        metrics = json.loads((out / slug / "metrics.json").read_text())
+        (out / slug / "metrics.json").write_text(json.dumps({**metrics, "model": name}))
+    names = {"model": {"name": "run"}, "baseline": {"name": "offline/tiny.en"}}
+    (out / "comparison.json").write_text(json.dumps(names))
+    page = write_report(out).read_text()
+    data = json.loads(page.split("type='application/json'>")[1].split("</script>")[0])
+    assert data["kind"] == "pair"
+    assert [s["title"] for s in data["sides"]] == ["offline-tiny.en", "run-final"]
+    assert (data["change"]["better"], data["change"]["worse"]) == (3, 0)

@@ -48,9 +48,9 @@ def write_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     if second is not None:
         data = gather_pair(first, second, out.parent, embed_audio=embed_audio)
-    elif kind_of(first) == "comparison":  # evaluate --compare: its two model folders
-        a, b = sorted(p for p in first.iterdir() if (p / "predictions.jsonl").is_file())[:2]
-        data = gather_pair(b, a, out.parent, embed_audio=embed_audio)
+    elif kind_of(first) == "comparison":  # evaluate --compare: baseline against model
+        baseline, model = _compared_folders(first)
+        data = gather_pair(baseline, model, out.parent, embed_audio=embed_audio)
     else:
         data = gather(first, out.parent, embed_audio=embed_audio)
     tmp = out.with_name(out.name + ".partial")
@@ -68,6 +68,22 @@ def report_quietly(folder: str | Path) -> Path | None:
         return None
     log.info("report: %s", path)
     return path
+
+
+def _compared_folders(folder: Path) -> tuple[Path, Path]:
+    """The baseline's and the model's folders of `evaluate --compare --output_dir`, by the
+    model names comparison.json and each folder's metrics.json hold."""
+    import json
+
+    names = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    found = {}
+    for sub in sorted(p for p in folder.iterdir() if (p / "metrics.json").is_file()):
+        found.setdefault(json.loads((sub / "metrics.json").read_text())["model"], sub)
+    baseline, model = names["baseline"]["name"], names["model"]["name"]
+    if baseline == model or {baseline, model} - set(found):
+        subs = sorted(found.values())  # the same model twice: X-baseline/, X-model/
+        return subs[0], subs[-1]
+    return found[baseline], found[model]
 
 
 def _checked(folder: Path) -> Path:
