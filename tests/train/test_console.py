@@ -27,7 +27,7 @@ ENV = {
 # The line of a training log, as a person reads it.
 STEP_LINE = re.compile(
     r"^step (\d+)/(\d+) · epoch \d+\.\d\d · loss \d+(\.\d+)? · lr \d\.\de[-+]\d\d · "
-    r"\d+\.\d clips/s · \d+:\d\d:\d\d left · memory (\(RSS\) )?\d+\.\d\d GiB$"
+    r"\d+(\.\d+)?(e-\d+)? clips/s · \d+:\d\d:\d\d left · memory (\(RSS\) )?\d+\.\d\d GiB$"
 )
 EVAL_LINE = re.compile(r"^step (\d+)/(\d+) · eval WER \d+\.\d\d% · eval loss \d+(\.\d+)?$")
 

@@ -83,6 +83,10 @@ class ConsoleLog(TrainerCallback):
         else:
             log.info("%s", line)
 
+    def on_evaluate(self, args, state, control, **kwargs):
+        # The next training line's clips per second counts training time only.
+        self._last = (time.monotonic(), state.global_step)
+
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
             self.bar.close()
@@ -117,7 +121,7 @@ def format_line(
         if logs.get("learning_rate") is not None:
             parts.append(f"lr {logs['learning_rate']:.1e}")
         if logs.get("clips_per_second") is not None:
-            parts.append(f"{logs['clips_per_second']:.1f} clips/s")
+            parts.append(f"{logs['clips_per_second']:.3g} clips/s")
         if left_s is not None:
             parts.append(f"{datetime.timedelta(seconds=round(left_s))} left")
         if (memory := _memory(logs, planned_mib)) is not None:
