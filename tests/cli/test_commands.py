@@ -26,7 +26,7 @@ MODULES = {name: m for name, m in zip(COMMANDS, COMMAND_MODULES, strict=True)}
 
 
 def test_every_command_module_is_a_subcommand() -> None:
-    assert len(COMMANDS) == len(COMMAND_MODULES) == 11
+    assert len(COMMANDS) == len(COMMAND_MODULES) == 12
     for name, module in MODULES.items():
         assert module.__name__.rsplit(".", 1)[1] == name.replace("-", "_")
 
