@@ -116,3 +116,13 @@ def test_an_evaluate_compare_folder_reports_the_baseline_against_the_model(
     assert data["kind"] == "pair"
     assert [s["title"] for s in data["sides"]] == ["offline-tiny.en", "run-final"]
     assert (data["change"]["better"], data["change"]["worse"]) == (3, 0)
+
+
+def test_a_clip_hit_the_generation_limit_only_when_long_and_never_ended() -> None:
+    from fitwhisper.evaluate.predict import _hit_limit
+
+    eos = 50256
+    assert _hit_limit([7] * 60, eos, 64)
+    # The longest row of a batch comes back without its end-of-text, however short.
+    assert not _hit_limit([7] * 10, eos, 64)
+    assert not _hit_limit([7] * 58 + [eos] * 2, eos, 64)
