@@ -121,7 +121,7 @@ def test_a_real_runs_report_opens_with_its_curves_clips_marks_and_audio(
     predictions = [json.loads(x) for x in lines]
     rows = browser.evaluate(
         "Array.from(document.querySelectorAll('#clip-table tbody tr')).map(r => "
-        "[r.cells[0].textContent, r.cells[3].textContent, r.querySelectorAll('.op-s').length, "
+        "[r.cells[0].firstChild.title, r.cells[3].textContent, r.querySelectorAll('.op-s').length, "
         "r.querySelectorAll('del.op-d').length, r.querySelectorAll('ins.op-i').length])"
     )
     assert browser.evaluate("document.getElementById('clip-table-count').textContent") == (

@@ -109,7 +109,7 @@ def _max_repeat(words: list[str]) -> int:
     return best
 
 
-def confusions(rows: list[list], top: int = 30) -> list[list]:
+def confusions(rows: list[list], top: int = 20) -> list[list]:
     """The most frequent substitutions, deletions and insertions: [op, ref, hyp, count]."""
     counts = Counter(
         (op, r, h) for row in rows for op, r, h in row[COLUMNS.index("ops")] if op != "="

@@ -54,6 +54,14 @@
   /* --- charts ---------------------------------------------------------------------- */
   var COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
   var DASHES = [[], [6, 3], [2, 2], [8, 2, 2, 2]];
+  // Ticks in 3 significant figures, small values (learning rates) in exponent form.
+  function tickLabels(u, vals) {
+    return vals.map(function (v) {
+      if (v == null) return "";
+      var a = Math.abs(v);
+      return a !== 0 && (a < 1e-2 || a >= 1e5) ? v.toExponential(1) : String(+v.toPrecision(3));
+    });
+  }
   function chart(title, xs, series, yLabel) {
     var box = el("figure", { cls: "chart" });
     var usable = series.filter(function (s) { return s.values.some(function (v) { return v != null; }); });
@@ -62,7 +70,7 @@
     var opts = {
       title: title, width: 520, height: 220,
       scales: { x: { time: false } },
-      axes: [{ label: "step" }, { label: yLabel || "", size: 60 }],
+      axes: [{ label: "step" }, { label: yLabel || "", size: 64, values: tickLabels }],
       series: [{ label: "step" }].concat(usable.map(function (s, i) {
         return { label: s.label, stroke: COLOURS[i % COLOURS.length], dash: s.dash || DASHES[i % DASHES.length],
                  width: 1.5, spanGaps: true, points: { show: xs.length < 60 } };
@@ -112,6 +120,12 @@
       else span.appendChild(el("ins", { cls: "op-i", title: "insertion", text: h }));
     });
     return span;
+  }
+  // A clip named by its path shows the file name; the whole id is its tooltip (and is
+  // what the filter searches).
+  function clipName(id) {
+    var name = String(id).split(/[\\/]/).pop();
+    return el("span", { cls: "clip-id", title: String(id), text: name });
   }
   function audioCell(src) {
     if (!src) return el("span", { cls: "muted", text: "no file" });
@@ -271,7 +285,7 @@
     return clipTable({
       id: "clip-table", rows: ev.rows.slice(), head: head, search: searchText,
       cells: function (r) {
-        return [r[c.id], audioCell(r[c.audio]), num(r[c.duration], 1), r[c.speaker], r[c.language],
+        return [clipName(r[c.id]), audioCell(r[c.audio]), num(r[c.duration], 1), r[c.speaker], r[c.language],
           r[c.errors] + " / " + r[c.units], pct(r[c.rate]), r[c.S] + "/" + r[c.D] + "/" + r[c.I]]
           .concat(hasBefore ? [r[c.before_errors]] : [])
           .concat([alignment(r[c.ops], sep), r[c.flags].join(", ")]);
@@ -338,7 +352,7 @@
       head: ["clip", "audio", "s", "speaker", "errors A", "errors B", "change", "A: reference → hypothesis", "B: reference → hypothesis"],
       search: function (r) { return [r[c.id], r[c.speaker], r[c.change]].join(" "); },
       cells: function (r) {
-        return [r[c.id], audioCell(r[c.audio]), num(r[c.duration], 1), r[c.speaker], r[c.errors_a], r[c.errors_b],
+        return [clipName(r[c.id]), audioCell(r[c.audio]), num(r[c.duration], 1), r[c.speaker], r[c.errors_a], r[c.errors_b],
           el("span", { cls: "change-" + r[c.change], text: r[c.change] }), alignment(r[c.ops_a], sep), alignment(r[c.ops_b], sep)];
       },
       sorts: {
