@@ -329,6 +329,39 @@
   }
 
   /* --- two runs side by side ------------------------------------------------------- */
+  // One chart per figure with both runs' lines, over the union of their steps.
+  function overlays(A, B) {
+    function evalKey(c) {
+      return Object.keys(c.eval || {}).filter(function (k) { return k !== "eval_loss" && !/_raw$/.test(k); })[0];
+    }
+    function memKey(c) {
+      var m = c.memory || {};
+      return m.mem_peak_allocated_mib ? "mem_peak_allocated_mib" : "mem_rss_mib";
+    }
+    var figures = [
+      ["training loss", function (c) { return [c.step, c.loss]; }],
+      ["learning rate", function (c) { return [c.step, c.learning_rate]; }],
+      ["evaluation error rate", function (c) { var k = evalKey(c); return [c.eval_step, k && c.eval[k]]; }],
+      ["memory per logging step (MiB)", function (c) { return [c.step, (c.memory || {})[memKey(c)]]; }],
+      ["clips per second", function (c) { return [c.step, c.clips_per_second]; }],
+    ];
+    var out = [];
+    figures.forEach(function (f) {
+      var parts = [A, B].map(function (s) { return s.curves && s.curves.step ? f[1](s.curves) : [[], null]; });
+      var steps = {};
+      parts.forEach(function (p) { (p[1] ? p[0] : []).forEach(function (x) { steps[x] = 1; }); });
+      var xs = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; });
+      var series = parts.map(function (p, i) {
+        var at = {};
+        (p[1] ? p[0] : []).forEach(function (x, j) { at[x] = p[1][j]; });
+        return { label: (i ? "B: " + B.title : "A: " + A.title), values: xs.map(function (x) { return x in at ? at[x] : null; }) };
+      });
+      var c = chart(f[0], xs, series);
+      if (c) out.push(c);
+    });
+    return out;
+  }
+
   function pair() {
     var A = D.sides[0], B = D.sides[1], ch = D.change;
     app.appendChild(el("header", {}, [el("h1", { text: D.title }), el("p", { cls: "muted", text: "A: " + A.folder + " · B: " + B.folder + " · differences are B minus A · written " + D.created })]));
@@ -340,11 +373,8 @@
         el("div", { cls: "note", text: (ch.low == null ? "" : "95% interval " + pts(ch.low) + " to " + pts(ch.high) + "; ") + ch.better + " clips better, " + ch.worse + " worse, " + ch.same + " the same" })]),
     ]));
     if (D.option_differences.length) app.appendChild(section("Options that differ", "options", [table(["option", "A", "B"], D.option_differences)]));
-    var curves = [];
-    [A, B].forEach(function (s, i) {
-      curveCharts(s.curves, null).forEach(function (ch) { curves.push(el("div", {}, [el("h3", { text: (i ? "B: " : "A: ") + s.title }), ch])); });
-    });
-    if (curves.length) app.appendChild(section("Training curves", "curves", [el("div", { cls: "charts" }, curves)]));
+    var curves = overlays(A, B);
+    if (curves.length) app.appendChild(section("Training curves, A and B on one chart", "curves", [el("div", { cls: "charts" }, curves)]));
     var c = {}; D.columns.forEach(function (k, i) { c[k] = i; });
     var sep = m === "cer" ? "" : " ";
     app.appendChild(section("Clip by clip", "clip-section", [clipTable({
