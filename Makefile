@@ -10,7 +10,7 @@ EXTRAS ?= offline-models,ct2,export,demo,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-deepspeed lint format docs constraints gpu-wheels gpu-check clean
+.PHONY: setup browser demo test test-fast test-deepspeed lint format docs constraints gpu-wheels gpu-check clean
 
 setup: $(STAMP)
 
@@ -22,14 +22,22 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
+# The report's page tests (tests/report) open it in Debian's headless `chromium`: installed
+# here when missing (root or sudo, apt); under `make test` a missing browser fails them.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing chromium for the report's page tests"; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
 demo: setup
 	$(BIN)/fitwhisper demo
 
-test: setup
-	$(BIN)/python -m pytest
+test: setup browser
+	FITWHISPER_BROWSER_TESTS=required $(BIN)/python -m pytest
 
-test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+test-fast: setup browser
+	FITWHISPER_BROWSER_TESTS=required $(BIN)/python -m pytest -m "not slow"
 
 # The tests marked `deepspeed`, in a venv of their own with the optional extra: `make test`
 # keeps testing the default install (once deepspeed is installed, transformers imports it in

@@ -11,7 +11,7 @@ Layers, lowest first (a unit may import its own modules and any lower layer):
     1  scoring, codeswitch, paths, folder_lock
     2  chinese_script, models
     3  data, memory
-    4  evaluate, transcribe
+    4  evaluate, transcribe, report                   report reads the files they write
     5  train, export
     6  demo
     7  cli                                           the only place that parses or exits
@@ -46,7 +46,7 @@ LAYERS = {
     **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock"), 1),
     **dict.fromkeys(("chinese_script", "models"), 2),
     **dict.fromkeys(("data", "memory"), 3),
-    **dict.fromkeys(("evaluate", "transcribe"), 4),
+    **dict.fromkeys(("evaluate", "transcribe", "report"), 4),
     **dict.fromkeys(("train", "export"), 5),
     **dict.fromkeys(("demo", "tune"), 6),
     "cli": 7,

@@ -255,6 +255,27 @@ def utterance_errors(reference: str, hypothesis: str, metric: Metric) -> Utteran
     return UtteranceErrors(out.substitutions, out.deletions, out.insertions, len(r_units))
 
 
+def aligned_units(reference: str, hypothesis: str, metric: Metric) -> list[tuple[str, str, str]]:
+    """The edit alignment of one utterance, as `utterance_errors` counts it: runs of
+    ("=" | "S" | "D" | "I", reference units, hypothesis units), units joined by a space for
+    words and tokens, run together for characters."""
+    r_units, h_units = _units(reference, metric), _units(hypothesis, metric)
+    sep = "" if metric == "cer" else " "
+    if not r_units or not h_units:
+        return [(op, sep.join(r), sep.join(h)) for op, r, h in
+                (("D", r_units, []), ("I", [], h_units)) if r or h]  # fmt: skip
+    out = jiwer.process_words(" ".join(r_units), " ".join(h_units))
+    ops = {"equal": "=", "substitute": "S", "delete": "D", "insert": "I"}
+    return [
+        (
+            ops[c.type],
+            sep.join(r_units[c.ref_start_idx : c.ref_end_idx]),
+            sep.join(h_units[c.hyp_start_idx : c.hyp_end_idx]),
+        )
+        for c in out.alignments[0]
+    ]
+
+
 def _errors(refs: list[str], hyps: list[str], metric: Metric) -> tuple[int, int]:
     """Total substitutions + deletions + insertions and reference length over the corpus.
 

@@ -132,6 +132,7 @@ WORK = [
     ("fitwhisper.memory.predict", "predict_memory"),
     ("fitwhisper.memory.presets", "presets_markdown"),
     ("fitwhisper.demo.run", "run_demo"),
+    ("fitwhisper.report", "write_report"),
 ]
 
 
@@ -178,6 +179,7 @@ def _base(name: str, i: dict[str, Path]) -> dict[str, str | list[str]]:
         "export": {"model": model, "out": str(out / "export")},
         "plan": {"model": model},
         "doctor": {},
+        "report": {"folder": str(i["root"])},
     }[name]
 
 
@@ -272,6 +274,7 @@ def _own_input_cases(i) -> list[tuple[str, str, dict, str]]:
         ("import-ct2", "out", {"out": str(i["ct2"])}, "OUT"),
         ("check-data", "report", {"report": manifest}, "--report"),
         ("plan", "output", {"output": str(i["model"] / "plan.json")}, "--output"),
+        ("report", "output", {"output": str(i["train.jsonl"])}, "--output"),
     ]
 
 

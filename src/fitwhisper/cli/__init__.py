@@ -9,7 +9,7 @@ and `run(args)`, which builds the typed options, runs the library and returns th
 - `flags`: dataclass fields to flags, `--config` YAML files, flags back to dataclasses
 - `common_options`: the output options every command takes (`-v`, `-q`, `--debug`)
 - one module per command: check_data, import_ct2, models, demo, train, tune, evaluate,
-  transcribe, merge, export, plan, doctor
+  transcribe, merge, export, plan, doctor, report
 
 Building the parser imports no heavy library (torch, transformers): `--help` and bad flags
 answer at once; each `run` imports what it needs.
@@ -33,6 +33,7 @@ from fitwhisper.cli import (
     merge,
     models,
     plan,
+    report,
     train,
     transcribe,
     tune,
@@ -57,6 +58,7 @@ COMMANDS = [
     export,
     plan,
     doctor,
+    report,
 ]
 
 

@@ -113,6 +113,11 @@ def _evaluate(cmd: EvaluateCommand, cfg: EvalConfig, data_cfg: DataConfig) -> in
             out = res.write(cmd.output_dir)
             print(f"\nper clip: {out / 'predictions.jsonl'}  metrics: {out / 'metrics.json'}")
         skipped = res.skipped
+    if cmd.output_dir:
+        from fitwhisper.report import report_quietly
+
+        if (page := report_quietly(cmd.output_dir)) is not None:
+            print(f"report: {page}")
     if skipped:
         print(f"\n{len(skipped)} rows skipped (--bad_rows skip):")
         print("\n".join(f"  {line}" for line in skipped[:20]))

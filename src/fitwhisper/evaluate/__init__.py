@@ -14,6 +14,7 @@ wherever it is computed. Never teacher-forced.
 """
 
 from fitwhisper.evaluate.generate import (
+    audio_file,
     compare_manifest,
     eval_config,
     evaluate_manifest,
@@ -34,6 +35,7 @@ __all__ = [
     "UNITS",
     "Comparison",
     "EvalResult",
+    "audio_file",
     "compare_manifest",
     "decode",
     "eval_config",

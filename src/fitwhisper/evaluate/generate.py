@@ -48,6 +48,7 @@ def evaluate_model(
     languages: Sequence[str | None] | None = None,
     tags: Sequence[str | None] | None = None,
     model_name: str = "",
+    audio: Sequence[str | None] = (),
     **options,
 ) -> EvalResult:
     """Transcribe every clip of `dataset` by greedy generation and score it.
@@ -70,6 +71,7 @@ def evaluate_model(
             groups of one language. None: the model's generation config decides.
         tags: each clip's language tag, for the per-language breakdown (default: languages).
         model_name: the model as the user named it, for the reports.
+        audio: each clip's audio file, for the report's player (None: stored in a dataset).
     """
     from fitwhisper.chinese_script import to_script
     from fitwhisper.data.features import WhisperCollator
@@ -87,6 +89,7 @@ def evaluate_model(
     if window == "short":  # clips encoded on their own length (models/short_window.py)
         collator = ShortWindowCollator(collator)
     hyps: list[str] = [""] * len(dataset)
+    hit_limit: dict[int, bool] = {}
     with short_generation(model) if window == "short" else contextlib.nullcontext():
         texts = generate_texts(
             model,
@@ -96,6 +99,7 @@ def evaluate_model(
             batch_size=cfg.batch_size,
             max_length=cfg.generation_max_length,
             groups=_language_groups(languages, len(dataset)),
+            hit_limit=hit_limit,
         )
     for i, text in texts.items():
         hyps[i] = to_script(text, cfg.output_script)
@@ -109,6 +113,8 @@ def evaluate_model(
         languages=tuple(tags if tags is not None else (languages or ())),
         expected_script=resolve_expected_script(cfg.expected_script, cfg.output_script, references),
         output_script=cfg.output_script,
+        audio=tuple(audio),
+        hit_limit=tuple(hit_limit.get(i, False) for i in range(len(dataset))),
     )
 
 
@@ -209,6 +215,7 @@ def evaluate_rows(
             languages=per_row,
             tags=[r.language or cfg.language for r in rows],
             model_name=str(getattr(model_spec, "spec", model_spec)),
+            audio=[audio_file(r) for r in rows],
         )
     finally:
         # Free the model before the next one loads (--compare): memory is released between
@@ -216,6 +223,11 @@ def evaluate_rows(
         del model
         gc.collect()
         _empty_cuda_cache()
+
+
+def audio_file(row) -> str | None:
+    """A manifest row's audio file as a string; None for a clip stored inside a dataset."""
+    return str(row.audio) if isinstance(row.audio, Path) else None
 
 
 # --- helpers ------------------------------------------------------------------------------

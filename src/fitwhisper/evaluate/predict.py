@@ -43,10 +43,13 @@ def generate_texts(
     batch_size: int,
     max_length: int | None,
     groups: Sequence[tuple[str | None, list[int]]],
+    hit_limit: dict[int, bool] | None = None,
 ) -> dict[int, str]:
     """Each clip's generated text, by dataset index, group by group (Whisper prompts a batch
     in one language: `groups` pairs a language, None for the generation config's, with the
-    clip indices it holds). The model's language and training mode are restored after."""
+    clip indices it holds). The model's language and training mode are restored after.
+    `hit_limit`, when given, receives whether each clip's generation stopped at the length
+    limit (no end-of-text), a sign of a runaway (hallucinated) output."""
     from torch.utils.data import Subset
 
     from fitwhisper.evaluate.scorer import decode
@@ -69,15 +72,32 @@ def generate_texts(
                 pin_memory=device.type == "cuda",
             )
             out: list[str] = []
+            cut: list[bool] = []
             for batch in batches:
                 inputs = {k: v for k, v in batch.items() if k not in _TEACHER_FORCING_KEYS}
                 ids, chunk = _generate_batch(model, inputs, device, max_length, chunk)
                 out += decode(tokenizer, ids)
+                cut += [
+                    _hit_limit(row, tokenizer.eos_token_id, max_length or gen.max_length)
+                    for row in ids
+                ]
             texts.update(zip(idx, out, strict=True))
+            if hit_limit is not None:
+                hit_limit.update(zip(idx, cut, strict=True))
     finally:
         gen.language = saved_language
         model.train(was_training)
     return texts
+
+
+# Whisper's generate returns each row without its decoder prompt (start, language, task,
+# no-timestamps: up to 4 tokens) and without the end-of-text of the longest row; a row that
+# stopped at the limit has no end-of-text and at least max_length - 4 tokens.
+_PROMPT_TOKENS = 4
+
+
+def _hit_limit(row: list[int], eos: int, max_length: int | None) -> bool:
+    return bool(max_length) and eos not in row and len(row) >= max_length - _PROMPT_TOKENS
 
 
 def _generate_batch(

@@ -26,7 +26,9 @@ class EvalResult:
     problem``); they are not part of the score. ``languages`` are the clips' own language
     tags (a per-language breakdown is reported when they differ); ``expected_script`` the
     script the output should be in (its share is reported); ``output_script`` the conversion
-    applied to the model's output before scoring, if any.
+    applied to the model's output before scoring, if any. ``audio`` (each clip's file) and
+    ``hit_limit`` (generation stopped at the length limit) go into the per-clip records for
+    the HTML report, where known.
     """
 
     score: Score
@@ -40,12 +42,16 @@ class EvalResult:
     languages: tuple[str | None, ...] = ()
     expected_script: str | None = None
     output_script: str | None = None
+    audio: tuple[str | None, ...] = ()
+    hit_limit: tuple[bool, ...] = ()
 
     def utterances(self) -> list[dict]:
         """One record per clip: texts as written and as scored, and the edit errors."""
         metric = self.score.metric
         out = []
-        for uid, ref, hyp in zip(self.ids, self.references, self.hypotheses, strict=True):
+        for i, (uid, ref, hyp) in enumerate(
+            zip(self.ids, self.references, self.hypotheses, strict=True)
+        ):
             ref_n, hyp_n = self.normalizer(ref), self.normalizer(hyp)
             e = utterance_errors(ref_n, hyp_n, metric)
             out.append(
@@ -63,6 +69,9 @@ class EvalResult:
                     "units": UNITS[metric],
                     # Per-clip rate; None where the normalised reference is empty.
                     metric: e.errors / e.ref_units if e.ref_units else None,
+                    **({"audio": self.audio[i]} if self.audio else {}),
+                    **({"language": self.languages[i]} if self.languages else {}),
+                    **({"hit_limit": self.hit_limit[i]} if self.hit_limit else {}),
                 }
             )
         return out

@@ -24,7 +24,7 @@ MIB = 2**20
 
 
 class MemoryWatch(TrainerCallback):
-    """Adds mem_* figures (MiB) to each training log and logs them at INFO."""
+    """Adds mem_* figures (MiB) to each training log and logs them at DEBUG."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         _reset_cuda_peaks()
@@ -38,7 +38,8 @@ class MemoryWatch(TrainerCallback):
         # Trainer appended a copy of the logs to the history before the callbacks ran.
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(figures)
-        log.info(
+        # Debug only: train/console.py's line shows the memory beside the loss.
+        log.debug(
             "step %d memory: %s",
             state.global_step,
             ", ".join(

@@ -7,6 +7,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `validation`: every option problem, raised at once before anything loads
 - `setup`: processor, model, datasets and Trainer for a run
 - `trainer`: Seq2SeqTrainingArguments, the Trainer class, callbacks, the logged plan
+- `console`: the console line per log (step, loss, clips/s, time left, memory against the
+  plan), a progress bar on a terminal, in place of Trainer's printed dictionaries
 - `guard`: a NaN or Inf loss or gradient stops (or skips) the step, naming its clips;
   non-finite weights are never saved
 - `methods`: full fine-tuning, LoRA, LoRA on an 8-bit or 4-bit base

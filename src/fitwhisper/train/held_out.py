@@ -33,7 +33,7 @@ def score_held_out(
     names the moment in the log ("before fine-tuning", "final"); `window` the encoder
     window (full: 30 s; short: each batch's longest clip)."""
     from fitwhisper.chinese_script import expected_script
-    from fitwhisper.evaluate import evaluate_model
+    from fitwhisper.evaluate import audio_file, evaluate_model
 
     rows = data.eval_rows
     cfg = EvalConfig(
@@ -44,8 +44,10 @@ def score_held_out(
         expected_script=expected_script(model_cfg.output_script) or "auto",
         encoder_window=window,
     )
-    res = evaluate_model(model, processor, data.eval_ds, [r.text for r in rows],
-                         [r.id for r in rows], cfg, collator=data.collator)  # fmt: skip
+    res = evaluate_model(
+        model, processor, data.eval_ds, [r.text for r in rows], [r.id for r in rows], cfg,
+        collator=data.collator, audio=[audio_file(r) for r in rows],
+    )  # fmt: skip
     res.write(out_dir)
     log.info("%s %s on %d held-out clips: %.2f%% (%s)", when, res.score.metric.upper(),
              len(rows), 100 * res.score.normalized, res.score.normalizer)  # fmt: skip

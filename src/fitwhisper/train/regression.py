@@ -84,7 +84,7 @@ class RegressionGuard:
         import dataclasses
 
         from fitwhisper.data.features import SpeechDataset
-        from fitwhisper.evaluate import evaluate_model, scoring_language
+        from fitwhisper.evaluate import audio_file, evaluate_model, scoring_language
         from fitwhisper.models.generation import language_for
 
         gen = model.generation_config
@@ -109,6 +109,7 @@ class RegressionGuard:
                 ),  # fmt: skip
                 languages=per_row,
                 model_name=name,
+                audio=[audio_file(r) for r in self.rows],
             )
         finally:
             gen.language, gen.task, gen.forced_decoder_ids = saved

@@ -184,6 +184,9 @@ def _train_in(
         from fitwhisper.models.card import write_run_card
 
         write_run_card(out, final_dir)  # README.md: the Hub's model card, from the run's files
+        from fitwhisper.report import report_quietly
+
+        report_quietly(out)  # RUN/report.html; a failure is a warning, never the run's
         if train_cfg.push_to_hub:
             from fitwhisper.train.hub import push_final
 

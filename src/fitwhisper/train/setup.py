@@ -131,9 +131,11 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
     from fitwhisper.evaluate import make_scorer, metrics_fn
+    from fitwhisper.logs import progress_enabled
     from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.watch import MemoryWatch
     from fitwhisper.train import trainer as parts
+    from fitwhisper.train.console import ConsoleLog, planned_peak_mib
     from fitwhisper.train.guard import NonFiniteGuard
 
     has_eval = data.eval_ds is not None
@@ -170,6 +172,13 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
         ),
         callbacks=[
             MemoryWatch(),  # before TensorBoard's callback, which writes the figures it adds
+            ConsoleLog(  # after the memory watch, whose figures its line shows
+                train_cfg.per_device_train_batch_size
+                * train_cfg.gradient_accumulation_steps
+                * max(args.world_size, 1),
+                planned_peak_mib(train_cfg.plan),
+                bar=progress_enabled(),
+            ),
             *parts.logging_callbacks(train_cfg, Path(train_cfg.output_dir), resumed_step),
             *parts.early_stopping(train_cfg),
             guard,  # after DefaultFlowCallback: checks weights when a step saves
@@ -178,6 +187,7 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     )
     built.nonfinite_guard = guard
     built.augmenter = data.augmenter
+    parts.quiet_trainer_printing(built)
     return built
 
 

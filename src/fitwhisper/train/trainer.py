@@ -151,6 +151,15 @@ def early_stopping(cfg: TrainConfig) -> list:
     return [EarlyStoppingCallback(cfg.early_stopping_patience, cfg.early_stopping_threshold)]
 
 
+def quiet_trainer_printing(trainer) -> None:
+    """Remove Trainer's console printing (its raw log dictionaries, its bar): ConsoleLog
+    (console.py) prints one readable line per log instead. Loggers are other callbacks."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+
+
 def logging_callbacks(cfg: TrainConfig, out: Path, resumed_step: int | None = None) -> list:
     if reports_to(cfg) != "tensorboard":
         return []

@@ -1,0 +1,88 @@
+"""`fitwhisper report`: flags (from `ReportArgs`) and the function that runs it."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from fitwhisper.cli.flags import Options, add_command, build_config
+
+
+@dataclass(frozen=True)
+class ReportArgs:
+    """The folder (or two) to report on and where the page goes."""
+
+    folder: str = field(
+        metadata={
+            "path": "folder",
+            "help": "A run folder (`train --output_dir`) or an evaluation folder "
+            "(`evaluate --output_dir`).",
+            "positional": True,
+            "metavar": "RUN_DIR",
+        }
+    )
+    other: str | None = field(
+        default=None,
+        metadata={
+            "path": "folder",
+            "help": "A second run or evaluation folder: the page puts the two side by side, "
+            "clip by clip (differences are OTHER_DIR minus RUN_DIR).",
+            "positional": True,
+            "nargs": "?",
+            "metavar": "OTHER_DIR",
+        },
+    )
+    output: str | None = field(
+        default=None,
+        metadata={
+            "path": "new_file",
+            "help": "The HTML file to write (default: RUN_DIR/report.html, or "
+            "RUN_DIR/compare-OTHER.html for two folders).",
+        },
+    )
+    embed_audio: bool = field(
+        default=False,
+        metadata={
+            "help": "Put each clip's audio inside the page (base64) instead of linking the "
+            "file by its path relative to the page: one file to send, many times larger.",
+            "switch": True,
+        },
+    )
+
+
+OPTIONS = (Options(ReportArgs),)
+
+
+def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    add_command(
+        sub,
+        common,
+        "report",
+        OPTIONS,
+        run,
+        help="Write one HTML page of a run or an evaluation, or of two side by side.",
+        description="Reads what a run or evaluation folder holds (curves, memory against the "
+        "plan, options, data report, before/after accuracy with the paired-bootstrap "
+        "interval, every scored clip with its alignment and audio) into one self-contained "
+        "HTML file that opens from disk with no network. `train` and `evaluate --output_dir` "
+        "write it at their end; run this to write it again, to embed the audio, or to "
+        "compare two folders.",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fitwhisper.errors import ConfigError
+    from fitwhisper.report import write_report
+
+    a = build_config(ReportArgs, args)
+    # A page is rewritten freely; any other file is not ours to replace.
+    if a.output and Path(a.output).exists() and Path(a.output).suffix not in (".html", ".htm"):
+        raise ConfigError(
+            f"--output {a.output} exists and is not an HTML page; the report would replace it",
+            hint="give a new file name ending in .html",
+        )
+    path = write_report(a.folder, a.other, output=a.output, embed_audio=a.embed_audio)
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,99 @@
+"""The HTML report of a run, an evaluation, or two of them side by side
+(`fitwhisper report RUN_DIR [OTHER]`), also written at the end of `train` and of
+`evaluate --output_dir`.
+
+- `gather`: a run or evaluation folder's files read into the page's data
+- `clips`: the clip table (alignment, audio, duration, speaker, hallucination signs)
+- `stats`: paired-bootstrap interval, error rate by duration and by speaker
+- `compare`: two folders, clip by clip
+- `render`: one self-contained HTML file (assets/: page.js, page.css, uPlot)
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from fitwhisper.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.html"
+
+
+def write_report(
+    folder: str | Path,
+    other: str | Path | None = None,
+    *,
+    output: str | Path | None = None,
+    embed_audio: bool = False,
+) -> Path:
+    """Write the report of `folder` (a run or evaluation folder), or of `folder` against
+    `other`; returns the file written (default FOLDER/report.html, or
+    FOLDER/compare-OTHER.html for two).
+
+    Raises:
+        ConfigError: a folder that holds neither a run nor an evaluation.
+    """
+    from fitwhisper.report.compare import gather_pair
+    from fitwhisper.report.gather import gather, kind_of
+    from fitwhisper.report.render import render
+
+    first = _checked(Path(folder))
+    second = _checked(Path(other)) if other is not None else None
+    if output is None:
+        name = f"compare-{second.resolve().name}.html" if second else REPORT_FILE
+        output = first / name
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if second is not None:
+        data = gather_pair(first, second, out.parent, embed_audio=embed_audio)
+    elif kind_of(first) == "comparison":  # evaluate --compare: baseline against model
+        baseline, model = _compared_folders(first)
+        data = gather_pair(baseline, model, out.parent, embed_audio=embed_audio)
+    else:
+        data = gather(first, out.parent, embed_audio=embed_audio)
+    tmp = out.with_name(out.name + ".partial")
+    tmp.write_text(render(data), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def report_quietly(folder: str | Path) -> Path | None:
+    """`write_report` at the end of a run: a failure is one warning line, never the run's."""
+    try:
+        path = write_report(folder)
+    except Exception as e:  # the report must never fail the run it describes
+        log.warning("could not write the HTML report of %s: %s", folder, e)
+        return None
+    log.info("report: %s", path)
+    return path
+
+
+def _compared_folders(folder: Path) -> tuple[Path, Path]:
+    """The baseline's and the model's folders of `evaluate --compare --output_dir`, by the
+    model names comparison.json and each folder's metrics.json hold."""
+    import json
+
+    names = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    found = {}
+    for sub in sorted(p for p in folder.iterdir() if (p / "metrics.json").is_file()):
+        found.setdefault(json.loads((sub / "metrics.json").read_text())["model"], sub)
+    baseline, model = names["baseline"]["name"], names["model"]["name"]
+    if baseline == model or {baseline, model} - set(found):
+        subs = sorted(found.values())  # the same model twice: X-baseline/, X-model/
+        return subs[0], subs[-1]
+    return found[baseline], found[model]
+
+
+def _checked(folder: Path) -> Path:
+    from fitwhisper.report.gather import kind_of
+
+    if not folder.is_dir() or not kind_of(folder):
+        raise ConfigError(
+            f"{folder} is not a run folder or an evaluation folder",
+            hint="give the folder `fitwhisper train --output_dir` wrote (it holds "
+            "fitwhisper.yaml), or the one `fitwhisper evaluate --output_dir` wrote (it holds "
+            "predictions.jsonl)",
+        )
+    return folder
