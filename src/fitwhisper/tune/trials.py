@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,9 @@ class Objective:
 
         # A retried trial (its process was killed) carries on in the killed one's folder.
         frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
-        first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
+        with warnings.catch_warnings():  # "experimental" since Optuna 2.8
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
         out = trial_dir(self.study_dir, trial.number if first is None else first)
         sampled = {name: dim.suggest(trial, name) for name, dim in self.space.items()}
         model_cfg, train_cfg = options_for(
