@@ -70,6 +70,7 @@ NOT_CARRIED: dict[str, str] = {
     "datasets": "only for `datasets.save_to_disk` folders as manifests (data/manifest.py); "
     "with pandas and its other requirements it does not fit the limit",
     "pynvml": "optional in `fitwhisper doctor` (memory/doctor.py)",
+    "optuna": "`fitwhisper tune` only (tune/), which the check does not run",
     # Extras outside train/evaluate: export formats, CTranslate2, the demo's voice.
     "whisper": "export extra", "onnxruntime": "export extra", "pywhispercpp": "export extra",
     "_pywhispercpp": "export extra", "ctranslate2": "ct2 extra", "faster_whisper": "ct2 extra",
