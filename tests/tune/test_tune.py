@@ -139,6 +139,7 @@ def test_a_killed_tune_continues_its_study_without_losing_or_repeating_a_trial(
     lrs = [t.params["learning_rate"] for t in counted]
     assert len(set(lrs)) == 3  # nothing drawn twice
     assert (out / "trials.md").is_file() and (out / "best_config.yaml").is_file()
+    assert "<html" in (out / "report.html").read_text()[:500].lower()
 
 
 def test_two_tune_processes_share_one_study(tiny_whisper_dir, manifests, tmp_path) -> None:

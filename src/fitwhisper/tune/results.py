@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 
 BEST_CONFIG = "best_config.yaml"
 TABLE = "trials.md"
+REPORT = "report.html"
 # Options of a trial's run record that belong to that run, not to its recipe.
 _RUN_ONLY = ("output_dir", "resume", "overwrite_output_dir", "resume_despite_changes")
 
@@ -40,13 +41,34 @@ def keep_best_finals(keep: int):
 
 
 def write_results(study, study_dir: Path) -> str:
-    """trials.md and best_config.yaml in `study_dir`; returns the table for the terminal."""
+    """trials.md, best_config.yaml and report.html in `study_dir`; returns the table for
+    the terminal."""
     table = trials_table(study)
     (study_dir / TABLE).write_text(table + "\n", encoding="utf-8")
     best = best_trial(study)
     if best is not None:
         write_best_config(best, study_dir / BEST_CONFIG)
+        write_study_report(study, best, study_dir / REPORT)
     return table
+
+
+def write_study_report(study, best, path: Path) -> None:
+    """The best trial against the study's first (the user's own options), clip by clip, on
+    the report page (fitwhisper.report); the best alone when it is the first. A page that
+    cannot be written is a warning: the search's results are in trials.md."""
+    from fitwhisper.report import write_report
+
+    first = next(
+        (t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), None
+    )
+    best_run = Path(best.user_attrs["run_dir"])
+    try:
+        if first is None or first.value is None or first.number == best.number:
+            write_report(best_run, output=path)
+        else:
+            write_report(Path(first.user_attrs["run_dir"]), best_run, output=path)
+    except Exception as e:  # noqa: BLE001 (the report must never fail the search)
+        log.warning("the study's report page was not written: %s", e)
 
 
 def best_trial(study):
