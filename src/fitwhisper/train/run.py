@@ -120,18 +120,8 @@ def _train_in(
     )
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
     # With the held-out rows' languages known, the plan is whole (run_plan.py).
-    plan = run_plan.decide(
-        choices,
-        model_cfg,
-        train_cfg,
-        eval_rows=run_rows.eval,
-        world_size=ranks.world_size(),
-        fsdp=ranks.fsdp_asked(),
-    )
+    plan = run_plan.decided(choices, model_cfg, train_cfg, run_rows.eval, out)
     precision = plan.precision
-    if ranks.is_main():
-        plan.write(out)
-        plan.log_summary()
 
     # 5. Model (the method decides how it loads and what trains); --seed also fixes the
     #    LoRA adapters' random start (Trainer seeds only after this).

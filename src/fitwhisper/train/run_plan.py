@@ -149,6 +149,26 @@ def decide(
     )
 
 
+def decided(
+    choices: OptionChoices, model_cfg: ModelConfig, train_cfg: TrainConfig, eval_rows: list, out
+) -> RunPlan:
+    """`decide` for this process's run; the main process records it in `out` and logs it."""
+    from fitwhisper.train import ranks
+
+    plan = decide(
+        choices,
+        model_cfg,
+        train_cfg,
+        eval_rows=eval_rows,
+        world_size=ranks.world_size(),
+        fsdp=ranks.fsdp_asked(),
+    )
+    if ranks.is_main():
+        plan.write(out)
+        plan.log_summary()
+    return plan
+
+
 def _apply_memory_plan(
     model_cfg: ModelConfig,
     data_cfg: DataConfig,
