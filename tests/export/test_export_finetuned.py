@@ -94,12 +94,18 @@ def test_a_mandarin_fine_tune_runs_in_every_engine_as_its_source(
 
 
 def test_a_lora_run_exports_without_a_manual_merge(
-    mandarin_lora, shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The session's LoRA run (tests/shared_runs.py: decoder adapters, Traditional output;
-    # --opencc t2s scores either script), trained on sentences before these.
+    train = _sentences(shared_data, 0, 16, tmp_path / "train.jsonl")
     held_out = _sentences(shared_data, 300, 24, tmp_path / "held_out.jsonl")
-    run = mandarin_lora.run
+    run = tmp_path / "lora"
+    code = main(
+        ["train", "--model", "offline/base", "--use_lora", "--language", "zh",
+         "--train_manifest", str(train), "--output_dir", str(run), "--max_steps", "3",
+         "--per_device_train_batch_size", "8", "--learning_rate", "1e-4",
+         "--save_strategy", "no", "--report_to", "none", "--seed", "0"]
+    )  # fmt: skip
+    assert code == 0
     assert (run / "final" / "adapter_config.json").is_file()  # an adapter, not a full model
     out = tmp_path / "exports"
     code = main(["export", str(run / "final"), str(out), "--format", ALL, *SCORING,
