@@ -157,3 +157,12 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real recordings not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def mandarin_lora(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One LoRA fine-tune of real offline/base on real Mandarin for the session
+    (tests/shared_runs.py): its tests read the run and write elsewhere."""
+    from tests.shared_runs import train_mandarin_lora
+
+    return train_mandarin_lora(shared_data, tmp_path_factory.mktemp("mandarin-lora"))

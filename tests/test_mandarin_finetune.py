@@ -5,87 +5,17 @@ the forgetting guard reports English WER before and after; Breeze-ASR-25 plans o
 from __future__ import annotations
 
 import json
-import random
 import socket
-from pathlib import Path
 
-import numpy as np
 import pytest
-
-from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
-from fitwhisper.evaluate import evaluate_manifest
-from fitwhisper.train import train
-
-
-def _aishell(src: Path, rows: list[dict], out: Path) -> Path:
-    """Rows of aishell-s0150 as they are: `text` Simplified, `text_zh_tw` Traditional."""
-    lines = [{**r, "audio": str(src / r["audio"])} for r in rows]
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines))
-    return out
-
-
-def _digit_strings(src: Path, out: Path, n: int) -> Path:
-    """English digit strings: 3-6 fsdd digits of one speaker joined by 0.15 s of silence."""
-    import soundfile
-
-    rows = [json.loads(line) for line in (src / "manifest.jsonl").read_text().splitlines()]
-    by_speaker: dict[str, list[dict]] = {}
-    for r in rows:
-        by_speaker.setdefault(r["speaker"], []).append(r)
-    rng, lines = random.Random(0), []
-    for i, speaker in enumerate(sorted(by_speaker)[:n]):
-        picked = rng.sample(by_speaker[speaker], rng.randint(3, 6))
-        pieces = []
-        for r in picked:
-            audio, sr = soundfile.read(str(src / r["audio"]), dtype="float32")
-            pieces += [audio, np.zeros(int(0.15 * sr), np.float32)]
-        path = out.parent / f"digits_{i}.flac"
-        soundfile.write(str(path), np.concatenate(pieces), sr)
-        text = " ".join(r["text"] for r in picked)
-        lines.append({"audio": str(path), "text": text, "language": "en"})
-    out.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    return out
 
 
 @pytest.mark.slow
 def test_traditional_fine_tune_lowers_cer_and_reports_english_before_and_after(
-    shared_data: Path, tmp_path: Path
+    mandarin_lora,
 ) -> None:
-    src = shared_data / "aishell-s0150"
-    rows = [json.loads(line) for line in (src / "manifest.jsonl").read_text().splitlines()]
-    sentences = [r for r in rows if r["kind"] == "sentence"]
-    train_manifest = _aishell(src, sentences[:16], tmp_path / "train.jsonl")
-    held_out = _aishell(src, sentences[-8:], tmp_path / "held_out.jsonl")
-    english = _digit_strings(shared_data / "fsdd-train", tmp_path / "english.jsonl", 4)
-    traditional = DataConfig(text_column="text_zh_tw")
-
-    zero_shot = evaluate_manifest(
-        "offline/base", held_out, generation_max_length=48, data_cfg=traditional
-    )
-    before = zero_shot.metrics()
-    result = train(
-        ModelConfig(
-            model="offline/base",
-            language="zh",
-            output_script="traditional",
-            use_lora=True,
-            freeze_encoder=True,  # CPU time: the encoder runs forward only
-        ),
-        traditional,
-        TrainConfig(
-            output_dir=str(tmp_path / "run"),
-            train_manifest=str(train_manifest),
-            eval_manifest=str(held_out),
-            regression_manifest=str(english),
-            per_device_train_batch_size=8,
-            per_device_eval_batch_size=8,
-            learning_rate=1e-3,
-            max_steps=4,
-            generation_max_length=48,
-            report_to="none",
-            seed=0,
-        ),
-    )
+    # The run is shared (tests/shared_runs.py): tests/train/test_methods.py checks its adapter.
+    before, result = mandarin_lora.zero_shot, mandarin_lora.result
     after = json.loads((result.output_dir / "eval" / "metrics.json").read_text())
     regression = json.loads((result.output_dir / "eval" / "regression.json").read_text())
     share_before = before["script"]["share_in_expected_script"]

@@ -43,7 +43,9 @@ def test_fp16_stored_model_trains_in_fp32_and_scores_by_generation(
     assert (run / "eval").is_dir()  # the final model was scored by generation
     final = WhisperForConditionalGeneration.from_pretrained(run / "final")
     assert {p.dtype for p in final.parameters()} == {torch.float32}
-    # And `evaluate` scores the fp16-stored model itself.
-    code = main(["evaluate", str(fp16_whisper_dir), str(tone_manifest), "--batch_size", "2",
-                 "--output_dir", str(tmp_path / "scored")])  # fmt: skip
+    # And `evaluate` scores the fp16-stored model itself. 8 tokens, as in training: the
+    # random model never ends a transcript, and its default 225 took minutes on 2 cores.
+    scored = tmp_path / "scored"
+    argv = ["evaluate", str(fp16_whisper_dir), str(tone_manifest), "--batch_size", "2"]
+    code = main([*argv, "--generation_max_length", "8", "--output_dir", str(scored)])
     assert code == 0

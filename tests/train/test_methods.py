@@ -437,56 +437,26 @@ def test_quantised_base_with_lora_trains_on_gpu(
 # --- slow: LoRA on real Mandarin --------------------------------------------------------
 
 
-def _aishell_manifest(src: Path, rows: list[dict], out: Path) -> Path:
-    """Rows of aishell-s0150 with their Traditional references (what Taiwanese users expect)."""
-    lines = [
-        {"audio": str(src / r["audio"]), "text": r["text_zh_tw"], "language": "zh"} for r in rows
-    ]
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines))
-    return out
-
-
 @pytest.mark.slow
-def test_lora_lowers_cer_on_real_mandarin(shared_data: Path, tmp_path: Path) -> None:
+def test_lora_lowers_cer_on_real_mandarin(mandarin_lora, tmp_path: Path) -> None:
     """offline/base writes Mandarin in a mix of scripts; 4 LoRA steps on 16 clips with
     Traditional references must lower CER on 8 held-out clips of the same speaker.
 
     Adapters go in the decoder only (--freeze_encoder), so the encoder runs forward only:
-    the encoder's adapters are exercised by the fast test; here CPU time decides.
+    the encoder's adapters are exercised by the fast test; here CPU time decides. The run is
+    shared (tests/shared_runs.py) with tests/test_mandarin_finetune.py, which checks its
+    script and its forgetting guard.
     """
     from transformers import WhisperForConditionalGeneration
 
     from fitwhisper.data.features import prefix_ids
-    from fitwhisper.evaluate import evaluate_manifest
     from fitwhisper.models.merge import merge_adapter
     from fitwhisper.models.resolve import load_model, load_processor, resolve_model
 
-    src = shared_data / "aishell-s0150"
-    rows = [json.loads(line) for line in (src / "manifest.jsonl").read_text().splitlines()]
-    sentences = [r for r in rows if r["kind"] == "sentence"]
-    train_manifest = _aishell_manifest(src, sentences[:16], tmp_path / "train.jsonl")
-    held_out = _aishell_manifest(src, sentences[-8:], tmp_path / "held_out.jsonl")
-
-    before = evaluate_manifest("offline/base", held_out, language="zh", generation_max_length=64)
-    result = train(
-        ModelConfig(model="offline/base", language="zh", use_lora=True, freeze_encoder=True),
-        DataConfig(),
-        TrainConfig(
-            output_dir=str(tmp_path / "run"),
-            train_manifest=str(train_manifest),
-            eval_manifest=str(held_out),
-            per_device_train_batch_size=8,
-            per_device_eval_batch_size=8,
-            learning_rate=1e-3,
-            max_steps=4,
-            generation_max_length=64,
-            report_to="none",
-            seed=0,
-        ),
-    )
-    after = result.eval_metrics["cer"]
-    print(f"held-out CER {before.score.normalized:.3f} -> {after:.3f}")
-    assert after < before.score.normalized - 0.1
+    result, held_out = mandarin_lora.result, mandarin_lora.held_out
+    before, after = mandarin_lora.zero_shot["cer"], result.eval_metrics["cer"]
+    print(f"held-out CER {before:.3f} -> {after:.3f}")
+    assert after < before - 0.1
 
     # The adapter names its base as the user did, and is a small fraction of it.
     adapter_cfg = json.loads((result.final_dir / "adapter_config.json").read_text())
