@@ -159,3 +159,22 @@ def test_two_tune_processes_share_one_study(tiny_whisper_dir, manifests, tmp_pat
     assert len(set(folders)) == len(folders)
     here = [int(log.split("trial(s) run by this process")[0].rsplit("(", 1)[1]) for log in logs]
     assert all(n >= 1 for n in here), logs
+    assert sum(here) == sum(t.state.name != "WAITING" for t in trials)
+
+
+def test_the_users_own_options_run_again_after_their_trial_failed(
+    tiny_whisper_dir, manifests, tmp_path
+) -> None:
+    """Trial 0 is the user's options, the table's baseline; a bad row ends it (and the
+    tune) with the data check's message; once fixed, the baseline runs before any draw."""
+    from fitwhisper.cli import main
+
+    train, held_out = manifests
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"audio": "missing.wav", "text": "yes"}\n')
+    out = tmp_path / "study"
+    assert main(_args(tiny_whisper_dir, (bad, held_out), out, "--n_trials", "1")) == 1
+    assert main(_args(tiny_whisper_dir, manifests, out, "--n_trials", "1")) == 0
+    trials = _study(out).get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].user_attrs.get("baseline") and trials[1].params == trials[0].params

@@ -88,15 +88,20 @@ def tune(
     with setting_up(study_dir):
         storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
         study = open_study(storage, name, train_cfg.seed)
-        if not study.get_trials(deepcopy=False):
+        # The user's own options run first, and again if that trial failed (a bad row,
+        # fixed since): the table's baseline. A killed one is rerun by its retry instead.
+        if not any(
+            t.user_attrs.get("baseline") and t.state.name != "FAIL"
+            for t in study.get_trials(deepcopy=False)
+        ):
             study.enqueue_trial(
                 _own_values(model_cfg, train_cfg, space),
                 user_attrs={"baseline": True},
-                skip_if_exists=True,
+                skip_if_exists=False,  # a failed one with these values may be there
             )
     settle_stale_trials(study, tune_cfg.heartbeat_s)
     remaining = tune_cfg.n_trials - counted(study)
-    before = len(study.get_trials(deepcopy=False))
+    objective = None
     if remaining > 0:
         objective = Objective(
             model_cfg,
@@ -129,7 +134,7 @@ def tune(
         best_trial=best.number if best else None,
         best_error=best.value if best else None,
         best_config=study_dir / "best_config.yaml" if best else None,
-        trials_run_here=len(study.get_trials(deepcopy=False)) - before,
+        trials_run_here=objective.calls if objective is not None else 0,
     )
 
 

@@ -41,8 +41,10 @@ class Objective:
     study_dir: Path
     explicit: set[str]
     budget_bytes: int | None  # GPU memory a trial must fit; None: not checked (no GPU)
+    calls: int = 0  # trials this process ran (the study may hold other processes' too)
 
     def __call__(self, trial) -> float:
+        self.calls += 1
         import optuna
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
