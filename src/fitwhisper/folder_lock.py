@@ -8,6 +8,9 @@ is killed releases it with its process: a stale lock file never blocks a later r
 
 `output_folder` also keeps user errors from leaving anything behind: the folders it created
 are removed again if the run fails before it wrote anything but the lock.
+
+`waiting_for(path)` is the other kind: a lock the next process waits for instead of being
+refused (the offline model cache's conversion, a study's set-up).
 """
 
 from __future__ import annotations
@@ -86,6 +89,23 @@ def _locked(path: Path, work: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()
         f.close()
+
+
+@contextlib.contextmanager
+def waiting_for(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes on `path`, waited for (POSIX flock; on Windows
+    none: callers keep their files whole by other means, such as atomic renames)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _me() -> dict:

@@ -43,17 +43,21 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     )
 
 
+def options_from(args: argparse.Namespace, sections: dict[str, type]) -> tuple[list, set[str]]:
+    """One config object per section, from --config FILE and the flags (which win), and the
+    names of the options the user gave, for --plan and --auto_fit: flags absent from the
+    command line are absent from args (argparse.SUPPRESS)."""
+    config_file = build_config(ConfigFile, args).config
+    from_file = load_config_file(config_file, sections) if config_file else {}
+    configs = [build_config(cls, args, from_file.get(name, {})) for name, cls in sections.items()]
+    explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
+    return configs, explicit
+
+
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.train import train
 
-    config_file = build_config(ConfigFile, args).config
-    from_file = load_config_file(config_file, SECTIONS) if config_file else {}
-    model_cfg, data_cfg, train_cfg = (
-        build_config(cls, args, from_file.get(section, {})) for section, cls in SECTIONS.items()
-    )
-    # What the user chose, for --plan and --auto_fit: flags absent from the command line are
-    # absent from args (argparse.SUPPRESS).
-    explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
+    (model_cfg, data_cfg, train_cfg), explicit = options_from(args, SECTIONS)
     r = train(model_cfg, data_cfg, train_cfg, explicit=explicit)
     from fitwhisper.train import ranks
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from fitwhisper.cli.flags import Options, add_command, build_config, load_config_file
+from fitwhisper.cli.flags import Options, add_command
 from fitwhisper.cli.train import SECTIONS as TRAIN_SECTIONS
-from fitwhisper.cli.train import ConfigFile
+from fitwhisper.cli.train import ConfigFile, options_from
 from fitwhisper.tune_config import TuneConfig
 
 SECTIONS = {**TRAIN_SECTIONS, "tune": TuneConfig}
@@ -37,16 +37,11 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.tune import search_space, tune
     from fitwhisper.tune.space import describe
 
-    config_file = build_config(ConfigFile, args).config
-    from_file = load_config_file(config_file, SECTIONS) if config_file else {}
-    model_cfg, data_cfg, train_cfg, tune_cfg = (
-        build_config(cls, args, from_file.get(section, {})) for section, cls in SECTIONS.items()
-    )
+    (model_cfg, data_cfg, train_cfg, tune_cfg), explicit = options_from(args, SECTIONS)
     if tune_cfg.show_space:
         space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
         print("search space:\n" + describe(space, fixed))
         return 0
-    explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
     r = tune(model_cfg, data_cfg, train_cfg, tune_cfg, explicit=explicit)
     print(r.table)
     if r.best_trial is None:

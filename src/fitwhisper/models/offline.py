@@ -13,18 +13,18 @@ place, so parallel processes (e.g. DDP ranks) neither corrupt nor duplicate the 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import importlib.resources
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fitwhisper.errors import ModelLoadError
+from fitwhisper.folder_lock import waiting_for
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def convert_cached(
     if _is_complete(dest, stamp):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(dest.with_name(dest.name + ".lock")):
+    with waiting_for(dest.with_name(dest.name + ".lock")):
         if _is_complete(dest, stamp):  # another process finished while we waited
             return dest
         log.info("preparing %s into %s", what, dest)
@@ -221,19 +221,3 @@ def _is_complete(dest: Path, stamp: dict) -> bool:
     except (OSError, ValueError):
         return False
     return marker == {"format": CACHE_FORMAT_VERSION, **stamp}
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (POSIX flock; elsewhere only the atomic rename)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: rename still keeps the folder whole
-        yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

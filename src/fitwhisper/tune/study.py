@@ -11,7 +11,6 @@ resumes the killed trial's run folder from its last checkpoint: no trial lost or
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import warnings
@@ -55,23 +54,13 @@ def storage_for(study_dir: Path, storage: str | None, heartbeat_s: int):
         ) from e
 
 
-@contextlib.contextmanager
 def setting_up(study_dir: Path):
     """The processes of this machine that share a study folder set the study up one at a
     time: together they would both create its tables and both queue its first trial
     (several machines sharing a database server: its own transactions)."""
-    lock_file = study_dir / ".study-setup.lock"
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
-    with open(lock_file, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    from fitwhisper.folder_lock import waiting_for
+
+    return waiting_for(study_dir / ".study-setup.lock")
 
 
 def _engine_options(url: str) -> dict | None:
@@ -83,25 +72,16 @@ def open_study(storage, name: str, seed: int):
     """The study `name` in `storage`, made on first use (direction: lower error)."""
     import optuna
 
-    existing = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     study = optuna.create_study(
         storage=storage,
         study_name=name,
         direction="minimize",
         load_if_exists=True,
-        # Seeded by how far the study got, so a restart does not draw the first trials again.
-        sampler=optuna.samplers.TPESampler(seed=seed + len(_trials_of(storage, name, existing))),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
     )
+    # Seeded by how far the study got, so a restart does not draw the first trials again.
+    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.get_trials(deepcopy=False)))
     return study
-
-
-def _trials_of(storage, name: str, existing: list[str]) -> list:
-    import optuna
-
-    if name not in existing:
-        return []
-    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
 def counted(study) -> int:
