@@ -27,10 +27,14 @@ def test_sentences_are_deterministic_for_a_seed() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # Piper's and the training's thread pools
 def test_demo_lowers_held_out_wer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fitwhisper.cli import main
 
-    assert main(["demo", "--output_dir", str(tmp_path / "demo"), "-q"]) == 0
+    # One pass over the clips instead of the demo's two: half the training, and the held-out
+    # WER still falls far (measured: 46.7% -> 0.5%).
+    code = main(["demo", "--output_dir", str(tmp_path / "demo"), "--num_train_epochs", "1", "-q"])
+    assert code == 0
     out = capsys.readouterr().out
     assert "before fine-tuning" in out and "after fine-tuning" in out
     # The default encoder input, and what it saved, said and recorded in the model.
