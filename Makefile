@@ -33,20 +33,11 @@ browser:
 demo: setup
 	$(BIN)/fitwhisper demo
 
-# Two pytest-xdist workers, each given whole test modules (their module fixtures are made
-# once), slow modules first; tests/conftest.py gives each one compute thread and a model
-# cache both share. Tests marked `alone` (several engines' thread pools at once) then run one
-# at a time with every core: beside another worker they ran several times slower.
-# TEST_WORKERS=0 runs the first part in this process too (a debugger, -x).
-TEST_WORKERS ?= 2
-PYTEST := FITWHISPER_BROWSER_TESTS=required $(BIN)/python -m pytest
-PARALLEL := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
-
 test: setup browser
-	$(PYTEST) $(PARALLEL) -m "not alone" && $(PYTEST) -m alone
+	FITWHISPER_BROWSER_TESTS=required $(BIN)/python -m pytest
 
 test-fast: setup browser
-	$(PYTEST) $(PARALLEL) -m "not slow"
+	FITWHISPER_BROWSER_TESTS=required $(BIN)/python -m pytest -m "not slow"
 
 # The tests marked `deepspeed`, in a venv of their own with the optional extra: `make test`
 # keeps testing the default install (once deepspeed is installed, transformers imports it in

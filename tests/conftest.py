@@ -21,25 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# `make test` runs two pytest-xdist workers on a 2-core machine: one compute thread each
-# (and in the processes they start), not two that fight the other worker's for the cores.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 DEEPSPEED_REQUIRED = os.environ.get("FITWHISPER_DEEPSPEED_TESTS") == "required"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Modules with slow tests first, so the two workers of `make test` (whole modules each,
-    # `--dist loadscope`) start on the long ones and end together on the short ones.
-    has_slow = {item.module for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module not in has_slow)
-    _skip_deepspeed_here(items)
-
-
-def _skip_deepspeed_here(items: list[pytest.Item]) -> None:
     if DEEPSPEED_REQUIRED or importlib.util.find_spec("deepspeed") is not None:
         return
     skip = pytest.mark.skip(reason="needs the deepspeed package; `make test-deepspeed` runs it")
@@ -64,26 +51,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def run_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
-    """A folder of this test run that all its pytest-xdist workers share (`make test` runs
-    two): what one worker makes there, under a lock, the other reuses."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # pytest-N/popen-gwK -> pytest-N, the same for every worker
-    folder = base / name
-    folder.mkdir(exist_ok=True)
-    return folder
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Converted offline models go to a per-run cache (shared by the run's workers, each
-    conversion under its own lock), never to the user's home.
+    """Converted offline models go to a per-session cache, never to the user's home.
 
     FITWHISPER_TEST_CACHE, when set, names a folder to reuse across sessions (faster local
     runs); CI leaves it unset.
     """
-    cache = os.environ.get("FITWHISPER_TEST_CACHE") or str(run_folder(tmp_path_factory, "cache"))
+    cache = os.environ.get("FITWHISPER_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
     os.environ["FITWHISPER_CACHE"] = cache
     os.environ["HF_HUB_OFFLINE"] = "1"  # the Hub is never reached from tests
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -186,8 +161,8 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def mandarin_lora(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One LoRA fine-tune of real offline/base on real Mandarin for the whole run, whichever
-    worker asks first (tests/shared_runs.py): its tests read the run and write elsewhere."""
-    from tests.shared_runs import once, train_mandarin_lora
+    """One LoRA fine-tune of real offline/base on real Mandarin for the session
+    (tests/shared_runs.py): its tests read the run and write elsewhere."""
+    from tests.shared_runs import train_mandarin_lora
 
-    return once(run_folder(tmp_path_factory, "mandarin-lora"), train_mandarin_lora, shared_data)
+    return train_mandarin_lora(shared_data, tmp_path_factory.mktemp("mandarin-lora"))

@@ -5,29 +5,11 @@ Mandarin" reads one, never trains its own. Tests read these runs and write elsew
 from __future__ import annotations
 
 import json
-import pickle
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
-
-from fitwhisper.folder_lock import waiting_for
-
-T = TypeVar("T")
-
-
-def once(root: Path, make: Callable[[Path, Path], T], shared_data: Path) -> T:
-    """`make(shared_data, root)` run once per test run: the first worker to get here makes
-    it under a lock while the other waits, and both read the same result from disk."""
-    done = root / "made.pickle"
-    with waiting_for(root / ".lock"):
-        if not done.is_file():
-            made = make(shared_data, root)
-            done.write_bytes(pickle.dumps(made))
-    return pickle.loads(done.read_bytes())
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ def test_sentences_are_deterministic_for_a_seed() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # Piper's and the training's thread pools
 def test_demo_lowers_held_out_wer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fitwhisper.cli import main
 

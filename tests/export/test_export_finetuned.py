@@ -74,7 +74,6 @@ def _export(model: Path, out: Path, formats: list[str], manifest: Path) -> dict:
     return json.loads((out / "export_report.json").read_text())
 
 
-@pytest.mark.alone  # four engines' thread pools, one after another
 def test_a_mandarin_fine_tune_runs_in_every_engine_as_its_source(
     shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
