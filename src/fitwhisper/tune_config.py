@@ -54,6 +54,10 @@ class TuneConfig:
         default=30,
         metadata={
             "min": 1,
+            # A day: Optuna's heartbeat thread waits this long, and a wait past the C
+            # timestamp's range (10**12 s) crashes that thread, leaving the trial unmarked.
+            "max": 86_400,
+            "why": "a day at most",
             "help": "How often a running trial marks itself alive in the storage; one silent "
             "for 3x this is counted as killed and run again from its last checkpoint "
             "(database storage only).",
