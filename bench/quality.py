@@ -195,23 +195,26 @@ def _apportion(n: int, sizes: list[int], caps: list[int]) -> list[int]:
 
 # --- the recipes --------------------------------------------------------------------------
 
+
+def as_flags(options: dict) -> list[str]:
+    """{"lora_r": 32} -> ["--lora_r", "32"]."""
+    return [x for k, v in options.items() for x in (f"--{k}", str(v))]
+
+
 # LoRA as Whisper-Finetune's finetune.py configures it (use_adalora off).
 LORA_OPTIONS = [
     "--use_lora",
-    "--lora_target_modules",
-    "q_proj,k_proj,v_proj,out_proj,fc1,fc2",
-    "--lora_r",
-    "32",
-    "--lora_alpha",
-    "64",
-    "--lora_dropout",
-    "0.05",
-    "--learning_rate",
-    "1e-3",
-    "--warmup_ratio",
-    "0.1",
-    "--encoder_input",
-    "full",
+    *as_flags(
+        {
+            "lora_target_modules": "q_proj,k_proj,v_proj,out_proj,fc1,fc2",
+            "lora_r": 32,
+            "lora_alpha": 64,
+            "lora_dropout": 0.05,
+            "learning_rate": 1e-3,
+            "warmup_ratio": 0.1,
+            "encoder_input": "full",
+        }
+    ),
 ]
 
 STANDARD_NOTE = (
@@ -289,8 +292,7 @@ def train_fitwhisper(
         **({"language": ds.language} if ds.language else {}),
         **({"max_steps": max_steps} if max_steps else {}),
     }
-    argv = ["train", *(x for k, v in flags.items() for x in (f"--{k}", str(v)))]
-    argv += ["--overwrite_output_dir", *options]
+    argv = ["train", *as_flags(flags), "--overwrite_output_dir", *options]
     args = build_parser().parse_args(argv)
     configs, explicit = options_from(args, SECTIONS)
     timer = _Timer()
@@ -303,11 +305,25 @@ def train_fitwhisper(
         warm = f"warm-up {t['warmup_ratio']:g} of the steps"
     else:
         warm = f"warm-up {t['warmup_steps']} steps"
+    window = t["encoder_input"]
+    if window == "mixed":
+        window += (
+            f" ({t['full_window_share']:g} of batches at 30 s, "
+            f"{t['packed_window_share']:g} of items packed windows)"
+        )
+    augmentation = record["resolved"]["augmentation"]
+    m = record["model"]
+    method = "full fine-tuning"
+    if m["use_lora"]:
+        method = (
+            f"LoRA r {m['lora_r']}, alpha {m['lora_alpha']}, dropout {m['lora_dropout']:g} "
+            f"on {','.join(m['lora_target_modules'])}"
+        )
     applied = (
-        f"lr {t['learning_rate']:g}, {warm}, {t['lr_scheduler_type']} schedule, "
+        f"{method}, lr {t['learning_rate']:g}, {warm}, {t['lr_scheduler_type']} schedule, "
         f"batch {t['per_device_train_batch_size']}x{t['gradient_accumulation_steps']}, "
-        f"encoder input {t['encoder_input']}, augmentation "
-        f"{record['resolved']['augmentation'] or 'none'}"
+        f"weight decay {t['weight_decay']:g}, encoder input {window}, augmentation "
+        f"{augmentation if isinstance(augmentation, str) else json.dumps(augmentation)}"
     )
     return str(result.final_dir), timer.seconds, run_s, applied
 
@@ -367,12 +383,20 @@ def score(key: str, model: str, eval_m: Path, ds: DataSet, out: Path) -> Outcome
     )
 
 
-def run_set(ds: DataSet, a: argparse.Namespace, work: Path) -> str:
-    """Split, train each recipe, score each; the set's markdown section."""
+def split_set(ds: DataSet, a: argparse.Namespace) -> Split:
+    """The set's split for the command's sizes and seed."""
     rows = load_rows(ds)
-    split = speaker_split(
-        rows, a.train_speakers, a.eval_speakers, a.seed, ds.stratum, a.clips_per_speaker
-    )
+    try:
+        return speaker_split(
+            rows, a.train_speakers, a.eval_speakers, a.seed, ds.stratum, a.clips_per_speaker
+        )
+    except SplitError as e:
+        raise SplitError(f"--set {ds.key} ({ds.folder}): {e}") from None
+
+
+def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str:
+    """Train each recipe on the split's training speakers, score each on its held-out ones;
+    the set's markdown section."""
     folder = work / ds.key
     train_m = train_speed._write(folder, "train", split.train, folder)
     eval_m = train_speed._write(folder, "eval", split.eval, folder)
@@ -479,7 +503,7 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
     return "\n".join(notes)
 
 
-def _header(a: argparse.Namespace, seconds: float) -> str:
+def _header(command: list[str], seconds: float) -> str:
     import torch
     import transformers
 
@@ -488,10 +512,10 @@ def _header(a: argparse.Namespace, seconds: float) -> str:
     device = (
         torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
-        else (f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)")
+        else f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
     )
     return (
-        f"`{' '.join(['python bench/quality.py', *sys.argv[1:]])}` on {device}: "
+        f"`{' '.join(['python bench/quality.py', *command])}` on {device}: "
         f"{seconds / 60:.1f} min in all. fitwhisper {fitwhisper.__version__}, torch "
         f"{torch.__version__}, transformers {transformers.__version__}, Python "
         f"{platform.python_version()}."
@@ -529,14 +553,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(a.work or tempfile.mkdtemp(prefix="fw-quality-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    sections = []
-    try:
-        for key in ("en", "zh") if a.set == "all" else (a.set,):
-            sections.append(run_set(SETS[key], a, work))
+    try:  # every split checked before anything trains
+        splits = {k: split_set(SETS[k], a) for k in (("en", "zh") if a.set == "all" else (a.set,))}
     except SplitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = "\n\n".join([_header(a, time.perf_counter() - t0), *sections]) + "\n"
+    sections = [run_set(SETS[k], split, a, work) for k, split in splits.items()]
+    command = argv if argv is not None else sys.argv[1:]
+    text = "\n\n".join([_header(command, time.perf_counter() - t0), *sections]) + "\n"
     print(text, flush=True)
     if a.out:
         Path(a.out).write_text(text)
