@@ -409,6 +409,7 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
     outcomes = []
     for key in RECIPES:
         print(f"[{ds.key}] {key} ...", flush=True)
+        t0 = time.perf_counter()
         out = folder / key
         if key == "zero-shot":
             outcome = score(key, ds.model, eval_m, ds, out / "eval")
@@ -423,7 +424,8 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
             )
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, applied
-        print(f"[{ds.key}] {key}: {100 * outcome.rate:.2f}%", flush=True)
+        seconds = time.perf_counter() - t0
+        print(f"[{ds.key}] {key}: {100 * outcome.rate:.2f}% ({seconds:.0f} s)", flush=True)
         outcomes.append(outcome)
     return format_section(ds, split, outcomes, a)
 
@@ -538,13 +540,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="2 training and 2 held-out speakers, 2 clips each, 1 step a recipe.",
+        help="2 training and 2 held-out speakers, 1 clip each, 1 step a recipe.",
     )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
     ap.add_argument("--work", default=None, help="Keep runs here (default: a temp folder).")
     a = ap.parse_args(argv)
     if a.quick:
-        a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 2
+        a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 1
     if a.clips_per_speaker is not None and a.clips_per_speaker < 1:
         ap.error("--clips_per_speaker must be at least 1 (or left out for all clips)")
     import torch
