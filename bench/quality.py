@@ -379,7 +379,7 @@ def score(key: str, model: str, eval_m: Path, ds: DataSet, out: Path) -> Outcome
         units=[u["ref_units"] for u in utts],
         ids=[u["id"] for u in utts],
         rate=res.score.normalized,
-        script_share=res.extra_figures().get("script", {}).get("share"),
+        script_share=res.extra_figures().get("script", {}).get("share_in_expected_script"),
     )
 
 

@@ -1,6 +1,7 @@
 """bench/quality.py: its split never puts a speaker on both sides, and `--quick` prints one
 table row per recipe. No quality figure is asserted: a step or two trains nothing."""
 
+import argparse
 import importlib.util
 import json
 import sys
@@ -68,6 +69,44 @@ def test_shared_sets_split_by_speaker(shared_data, monkeypatch, key):
     # Both kinds of speaker on both sides (children/adults, Common Voice/AISHELL-3).
     for side in (s.train_speakers, s.eval_speakers):
         assert len({s.strata[x] for x in side}) == 2
+
+
+def test_mandarin_table_has_cer_and_traditional_share():
+    rows = _rows({f"cv{i}": ("commonvoice-zh-CN", 2) for i in range(4)})
+    rows += _rows({f"a3-{i}": ("aishell3", 1) for i in range(4)})
+    split = quality.speaker_split(rows, 4, 4, seed=0, stratum=lambda r: r["kind"])
+    ids = [str(Path(r["audio"]).resolve()) for r in split.eval]
+
+    def outcome(key, errors, share, seconds=None):
+        return quality.Outcome(
+            key,
+            "m",
+            errors,
+            [10] * len(ids),
+            ids,
+            sum(errors) / (10 * len(ids)),
+            script_share=share,
+            loop_s=seconds,
+            run_s=seconds,
+        )
+
+    outcomes = [
+        outcome("zero-shot", [4] * len(ids), 0.8),
+        outcome("defaults", [2] * len(ids), 1.0, 30.0),
+        outcome("standard", [3] * len(ids), 0.99, 60.0),
+        outcome("lora", [3, 2] * (len(ids) // 2), 1.0, 50.0),
+    ]
+    args = argparse.Namespace(seed=0, quick=False, epochs=3)
+    text = quality.format_section(quality.SETS["zh"], split, outcomes, args)
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    assert head[3] == "CER %" and head[-2:] == ["Traditional %", "training s (loop / whole run)"]
+    assert not any("children" in h for h in head)
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert [r[3] for r in body] == ["40.0", "20.0", "30.0", "25.0"]
+    assert [r[-2] for r in body] == ["80.0", "100.0", "99.0", "100.0"]
+    assert body[1][4].startswith("-10.0") and body[1][5].startswith("-20.0")
+    assert body[3][4].startswith("-5.0 (")  # paired by clip: the interval is printed
 
 
 @pytest.mark.slow
