@@ -131,7 +131,7 @@ def make_trainer(model_dir, processor, train_ds, out_dir, *, language, batch_siz
         warmup_steps=0,
         num_train_epochs=epochs,
         max_steps=max_steps,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # gradient_checkpointing, deprecated in transformers 5
         fp16=False,
         save_strategy="no",
         eval_strategy="no",

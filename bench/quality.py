@@ -1,0 +1,574 @@
+"""Quality: what each fine-tuning recipe gives on speakers the training never heard.
+
+    PYTHONPATH=src python bench/quality.py --set en --out table.md
+    PYTHONPATH=src python bench/quality.py --set zh --out table.md
+    PYTHONPATH=src python bench/quality.py --set en --quick   # smoke test: 1 step a recipe
+
+Sets (../shared/data, split by speaker, never by clip):
+- en: `offline/tiny.en` on speechocean762 (`speechocean-train`: Mandarin-accented read
+  English, 79 speakers, 22 of them children aged 10-15), WER with Whisper's English
+  normaliser, also for children and adults apart;
+- zh: `offline/base` on `cv-zh-train` (61 Mandarin speakers: 31 from Common Voice with 20
+  clips each, 30 from AISHELL-3 with one), references in Traditional characters
+  (`text_zh_tw`), CER, and the share of the output's Han characters that are Traditional.
+
+The split is seeded and stratified (children and adults on en, the two corpora on zh) so
+both sides hold each kind of speaker in the set's proportion; the held-out speakers depend
+on the seed and --eval_speakers only, not on how many train.
+
+Recipes, each trained on the same clips with the same seed, epochs and batch of 8 clips:
+- zero-shot: the model untrained;
+- fitwhisper's defaults: `fitwhisper train` given the model, the data, the output folder,
+  the epochs and the seed, nothing else;
+- the standard recipe: bench/baseline_recipe.py (the Hugging Face blog's: full
+  fine-tuning, lr 1e-5, no warm-up, every clip padded to 30 s, no augmentation);
+- LoRA as Whisper-Finetune (github.com/yeyupiaoling/Whisper-Finetune, the most-used
+  community fine-tuner) ships it: adapters on q_proj, k_proj, v_proj, out_proj, fc1 and
+  fc2, r 32, alpha 64, dropout 0.05, lr 1e-3 with warm-up (10% of the steps here; it ships
+  50 steps), 30 s input, no augmentation; through fitwhisper's own LoRA path.
+
+Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
+the model) on the held-out clips. Differences are paired by clip, with the 95% interval of a
+paired bootstrap (fitwhisper.report.stats.paired_bootstrap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import baseline_recipe  # noqa: E402  (bench/ is not a package)
+import train_speed  # noqa: E402
+
+SHARED = train_speed.SHARED
+BATCH = train_speed.CLIP_BATCH  # clips per optimizer step, in every recipe
+STANDARD_LR = train_speed.LR  # the blog's 1e-5
+CHILD_AGE = 16  # speechocean762's children are 10-15, its adults 19 and over
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """One of the shared sets, and how it is split and scored."""
+
+    key: str
+    title: str
+    folder: str
+    model: str
+    language: str | None  # None: an English-only model
+    text_column: str
+    stratum: Callable[[dict], str]  # the kind of speaker a row's speaker is
+    generation_max_length: int  # about twice the set's longest transcript in tokens
+    breakdown: bool = False  # error rate per stratum in the table
+
+
+def _age_group(row: dict) -> str:
+    return "children" if row["age"] < CHILD_AGE else "adults"
+
+
+SETS = {
+    "en": DataSet(
+        key="en",
+        title="speechocean762 (Mandarin-accented read English)",
+        folder="speechocean-train",
+        model="offline/tiny.en",
+        language=None,
+        text_column="text",
+        stratum=_age_group,
+        generation_max_length=64,
+        breakdown=True,
+    ),
+    "zh": DataSet(
+        key="zh",
+        title="cv-zh-train (Mandarin, Traditional references)",
+        folder="cv-zh-train",
+        model="offline/base",
+        language="zh",
+        text_column="text_zh_tw",
+        stratum=lambda r: r["corpus"],
+        generation_max_length=128,
+    ),
+}
+
+
+# --- the split ----------------------------------------------------------------------------
+
+
+class SplitError(ValueError):
+    """The sizes asked for do not fit the set."""
+
+
+@dataclass
+class Split:
+    train: list[dict]
+    eval: list[dict]
+    train_speakers: list[str]
+    eval_speakers: list[str]
+    strata: dict[str, str] = field(default_factory=dict)  # speaker -> stratum
+
+
+def load_rows(ds: DataSet) -> list[dict]:
+    """The set's rows, `text` taken from its reference column, `audio` made absolute."""
+    folder = SHARED / ds.folder
+    manifest = folder / "manifest.jsonl"
+    if not manifest.is_file():
+        raise SplitError(
+            f"{manifest} is missing: the shared recordings are read from ../shared/data "
+            "beside the repository; set FW_SHARED_DATA to the folder that holds "
+            f"{ds.folder}/ if they are elsewhere."
+        )
+    rows = [json.loads(x) for x in manifest.read_text().splitlines() if x.strip()]
+    return [{**r, "text": r[ds.text_column], "audio": str(folder / r["audio"])} for r in rows]
+
+
+def speaker_split(
+    rows: list[dict],
+    n_train: int,
+    n_eval: int,
+    seed: int,
+    stratum: Callable[[dict], str] = lambda r: "",
+    clips_per_speaker: int | None = None,
+) -> Split:
+    """Speaker-disjoint train and held-out rows: `n_eval` speakers held out and `n_train`
+    others to train on, drawn with `seed` within each stratum in its share of the speakers.
+    The held-out speakers follow from the seed and `n_eval` alone. A speaker's clips keep
+    manifest order; `clips_per_speaker` keeps the first N of each.
+
+    Raises:
+        SplitError: fewer speakers than asked for, or a size below 1.
+    """
+    by_speaker: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_speaker[r["speaker"]].append(r)
+    total = len(by_speaker)
+    if n_train < 1 or n_eval < 1 or n_train + n_eval > total:
+        raise SplitError(
+            f"--train_speakers {n_train} and --eval_speakers {n_eval} do not fit this set's "
+            f"{total} speakers: give each at least 1 and together at most {total}."
+        )
+    groups: dict[str, list[str]] = defaultdict(list)
+    for speaker in sorted(by_speaker):
+        groups[stratum(by_speaker[speaker][0])].append(speaker)
+    names = sorted(groups)
+    sizes = [len(groups[g]) for g in names]
+    n_held = _apportion(n_eval, sizes, sizes)
+    n_trained = _apportion(n_train, sizes, [s - h for s, h in zip(sizes, n_held, strict=True)])
+    rng = random.Random(seed)
+    train_spk, eval_spk = [], []
+    for name, held, trained in zip(names, n_held, n_trained, strict=True):
+        order = list(groups[name])
+        rng.shuffle(order)
+        eval_spk += order[:held]
+        train_spk += order[held : held + trained]
+
+    def clips(speakers: list[str]) -> list[dict]:
+        return [r for s in speakers for r in by_speaker[s][:clips_per_speaker]]
+
+    strata = {s: stratum(by_speaker[s][0]) for s in train_spk + eval_spk}
+    return Split(clips(train_spk), clips(eval_spk), train_spk, eval_spk, strata)
+
+
+def _apportion(n: int, sizes: list[int], caps: list[int]) -> list[int]:
+    """`n` shared out in proportion to `sizes` (largest remainder), none above its cap."""
+    exact = [n * s / sum(sizes) for s in sizes]
+    got = [min(int(e), c) for e, c in zip(exact, caps, strict=True)]
+    order = sorted(range(len(sizes)), key=lambda i: (int(exact[i]) - exact[i], i))
+    while sum(got) < n:
+        room = [i for i in order if got[i] < caps[i]]
+        if not room:
+            raise SplitError(f"cannot share {n} speakers out within {caps}")
+        for i in room[: n - sum(got)]:
+            got[i] += 1
+    return got
+
+
+# --- the recipes --------------------------------------------------------------------------
+
+
+def as_flags(options: dict) -> list[str]:
+    """{"lora_r": 32} -> ["--lora_r", "32"]."""
+    return [x for k, v in options.items() for x in (f"--{k}", str(v))]
+
+
+# LoRA as Whisper-Finetune's finetune.py configures it (use_adalora off).
+LORA_OPTIONS = [
+    "--use_lora",
+    *as_flags(
+        {
+            "lora_target_modules": "q_proj,k_proj,v_proj,out_proj,fc1,fc2",
+            "lora_r": 32,
+            "lora_alpha": 64,
+            "lora_dropout": 0.05,
+            "learning_rate": 1e-3,
+            "warmup_ratio": 0.1,
+            "encoder_input": "full",
+        }
+    ),
+]
+
+STANDARD_NOTE = (
+    f"lr {STANDARD_LR:g}, no warm-up, linear schedule, batch {BATCH}x1, features "
+    "precomputed and padded to 30 s, no augmentation, fp32"
+)
+
+RECIPES = {
+    "zero-shot": "zero-shot (the model untrained)",
+    "defaults": "fitwhisper's defaults",
+    "standard": "standard recipe: full, lr 1e-5, 30 s padding, no augmentation",
+    "lora": "LoRA as Whisper-Finetune ships it: q,k,v,out,fc1,fc2 r 32, lr 1e-3, warm-up",
+}
+
+
+@dataclass
+class Outcome:
+    """One recipe's model scored on the held-out clips."""
+
+    key: str
+    model: str  # what was scored: a model spec or a saved folder
+    errors: list[int]
+    units: list[int]
+    ids: list[str]
+    rate: float
+    script_share: float | None = None
+    loop_s: float | None = None  # the training loop
+    run_s: float | None = None  # the whole training call: data, model, loop, save
+    note: str = ""
+
+
+class _Timer:
+    """A TrainerCallback's wall time from the first step to the last."""
+
+    def __init__(self) -> None:
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class CB(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kw):
+                outer.t0 = time.perf_counter()
+
+            def on_train_end(self, args, state, control, **kw):
+                outer.seconds = time.perf_counter() - outer.t0
+
+        self.seconds = 0.0
+        self.callback = CB()
+
+
+def train_fitwhisper(
+    ds: DataSet,
+    train_m: Path,
+    out: Path,
+    epochs: float,
+    seed: int,
+    max_steps: int | None,
+    options: list[str],
+) -> tuple[str, float, float, str]:
+    """`fitwhisper train` with `options`, as its command line runs it; the saved model, the
+    loop's and the call's seconds, and the options that applied (from the run record)."""
+    import yaml
+
+    from fitwhisper.cli import build_parser
+    from fitwhisper.cli.train import SECTIONS, options_from
+    from fitwhisper.train import train
+
+    flags = {
+        "model": ds.model,
+        "train_manifest": train_m,
+        "output_dir": out,
+        "num_train_epochs": epochs,
+        "seed": seed,
+        "report_to": "none",  # a logging option: no TensorBoard files for a benchmark
+        **({"language": ds.language} if ds.language else {}),
+        **({"max_steps": max_steps} if max_steps else {}),
+    }
+    argv = ["train", *as_flags(flags), "--overwrite_output_dir", *options]
+    args = build_parser().parse_args(argv)
+    configs, explicit = options_from(args, SECTIONS)
+    timer = _Timer()
+    t0 = time.perf_counter()
+    result = train(*configs, callbacks=(timer.callback,), explicit=explicit)
+    run_s = time.perf_counter() - t0
+    record = yaml.safe_load((out / "fitwhisper.yaml").read_text())
+    t = record["train"]
+    if t["warmup_ratio"]:
+        warm = f"warm-up {t['warmup_ratio']:g} of the steps"
+    else:
+        warm = f"warm-up {t['warmup_steps']} steps"
+    window = t["encoder_input"]
+    if window == "mixed":
+        window += (
+            f" ({t['full_window_share']:g} of batches at 30 s, "
+            f"{t['packed_window_share']:g} of items packed windows)"
+        )
+    augmentation = record["resolved"]["augmentation"]
+    m = record["model"]
+    method = "full fine-tuning"
+    if m["use_lora"]:
+        method = (
+            f"LoRA r {m['lora_r']}, alpha {m['lora_alpha']}, dropout {m['lora_dropout']:g} "
+            f"on {','.join(m['lora_target_modules'])}"
+        )
+    applied = (
+        f"{method}, lr {t['learning_rate']:g}, {warm}, {t['lr_scheduler_type']} schedule, "
+        f"batch {t['per_device_train_batch_size']}x{t['gradient_accumulation_steps']}, "
+        f"weight decay {t['weight_decay']:g}, encoder input {window}, augmentation "
+        f"{augmentation if isinstance(augmentation, str) else json.dumps(augmentation)}"
+    )
+    return str(result.final_dir), timer.seconds, run_s, applied
+
+
+def train_standard(
+    ds: DataSet, train_m: Path, out: Path, epochs: float, seed: int, max_steps: int | None
+) -> tuple[str, float, float]:
+    """bench/baseline_recipe.py's trainer, saved as a model folder."""
+    from fitwhisper.models.resolve import resolve_model
+
+    model_dir = str(resolve_model(ds.model).path_or_id)
+    timer = _Timer()
+    t0 = time.perf_counter()
+    processor, data = baseline_recipe.prepare(model_dir, str(train_m), ds.language)
+    trainer = baseline_recipe.make_trainer(
+        model_dir,
+        processor,
+        data,
+        out,
+        language=ds.language,
+        batch_size=BATCH,
+        lr=STANDARD_LR,
+        epochs=epochs,
+        seed=seed,
+        max_steps=max_steps or -1,
+        callbacks=[timer.callback],
+    )
+    trainer.train()
+    final = out / "final"
+    trainer.save_model(str(final))
+    processor.save_pretrained(str(final))
+    return str(final), timer.seconds, time.perf_counter() - t0
+
+
+def score(key: str, model: str, eval_m: Path, ds: DataSet, out: Path) -> Outcome:
+    """Greedy generation at 30 s input on the held-out clips, fitwhisper's scorer."""
+    from fitwhisper.evaluate import evaluate_manifest
+
+    res = evaluate_manifest(
+        model,
+        eval_m,
+        language=ds.language,
+        batch_size=BATCH,
+        generation_max_length=ds.generation_max_length,
+        encoder_window="full",
+    )
+    res.write(out)
+    utts = res.utterances()
+    return Outcome(
+        key=key,
+        model=model,
+        errors=[u["errors"] for u in utts],
+        units=[u["ref_units"] for u in utts],
+        ids=[u["id"] for u in utts],
+        rate=res.score.normalized,
+        script_share=res.extra_figures().get("script", {}).get("share_in_expected_script"),
+    )
+
+
+def split_set(ds: DataSet, a: argparse.Namespace) -> Split:
+    """The set's split for the command's sizes and seed."""
+    rows = load_rows(ds)
+    try:
+        return speaker_split(
+            rows, a.train_speakers, a.eval_speakers, a.seed, ds.stratum, a.clips_per_speaker
+        )
+    except SplitError as e:
+        raise SplitError(f"--set {ds.key} ({ds.folder}): {e}") from None
+
+
+def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str:
+    """Train each recipe on the split's training speakers, score each on its held-out ones;
+    the set's markdown section."""
+    folder = work / ds.key
+    train_m = train_speed._write(folder, "train", split.train, folder)
+    eval_m = train_speed._write(folder, "eval", split.eval, folder)
+    (folder / "split.json").write_text(
+        json.dumps(
+            {"train_speakers": split.train_speakers, "eval_speakers": split.eval_speakers}, indent=1
+        )
+    )
+    max_steps = 1 if a.quick else None
+    outcomes = []
+    for key in RECIPES:
+        print(f"[{ds.key}] {key} ...", flush=True)
+        t0 = time.perf_counter()
+        out = folder / key
+        if key == "zero-shot":
+            outcome = score(key, ds.model, eval_m, ds, out / "eval")
+        elif key == "standard":
+            model, loop_s, run_s = train_standard(ds, train_m, out, a.epochs, a.seed, max_steps)
+            outcome = score(key, model, eval_m, ds, out / "eval")
+            outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, STANDARD_NOTE
+        else:
+            options = LORA_OPTIONS if key == "lora" else []
+            model, loop_s, run_s, applied = train_fitwhisper(
+                ds, train_m, out, a.epochs, a.seed, max_steps, options
+            )
+            outcome = score(key, model, eval_m, ds, out / "eval")
+            outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, applied
+        seconds = time.perf_counter() - t0
+        print(f"[{ds.key}] {key}: {100 * outcome.rate:.2f}% ({seconds:.0f} s)", flush=True)
+        outcomes.append(outcome)
+    return format_section(ds, split, outcomes, a)
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str:
+    from fitwhisper.report.stats import paired_bootstrap
+
+    by_key = {o.key: o for o in outcomes}
+    for o in outcomes:  # pairing needs the same clips in the same order
+        assert o.ids == outcomes[0].ids, f"{o.key} scored other clips"
+    metric = "WER" if ds.language is None else "CER"
+    # Clip ids are the manifest's audio paths (train_speed._write resolves them).
+    audio_group = {str(Path(r["audio"]).resolve()): split.strata[r["speaker"]] for r in split.eval}
+    groups = sorted(set(audio_group.values())) if ds.breakdown else []
+    head = [
+        "recipe",
+        "training clips (speakers)",
+        "held-out clips (speakers)",
+        f"{metric} %",
+        "vs standard recipe, points (95% CI)",
+        "vs zero-shot, points (95% CI)",
+    ]
+    head += [f"{g} {metric} %" for g in groups]
+    if ds.language == "zh":
+        head.append("Traditional %")
+    head.append("training s (loop / whole run)")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    n_train = f"{len(split.train)} ({len(split.train_speakers)})"
+    n_eval = f"{len(split.eval)} ({len(split.eval_speakers)})"
+
+    def versus(o: Outcome, ref: str) -> str:
+        if o.key == ref or ref not in by_key:
+            return ""
+        b = paired_bootstrap(by_key[ref].errors, o.errors, o.units, seed=a.seed)
+        interval = "" if b["low"] is None else f" ({100 * b['low']:+.1f} to {100 * b['high']:+.1f})"
+        return f"{100 * b['difference']:+.1f}{interval}"
+
+    for o in outcomes:
+        cells = [
+            RECIPES[o.key],
+            "0" if o.key == "zero-shot" else n_train,
+            n_eval,
+            f"{100 * o.rate:.1f}",
+            versus(o, "standard"),
+            versus(o, "zero-shot"),
+        ]
+        for g in groups:
+            e = sum(x for x, i in zip(o.errors, o.ids, strict=True) if audio_group[i] == g)
+            u = sum(x for x, i in zip(o.units, o.ids, strict=True) if audio_group[i] == g)
+            cells.append(f"{100 * e / u:.1f}" if u else "")
+        if ds.language == "zh":
+            cells.append("" if o.script_share is None else f"{100 * o.script_share:.1f}")
+        cells.append("" if o.loop_s is None else f"{o.loop_s:.0f} / {o.run_s:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+
+    kinds = ", ".join(
+        f"{g}: {sum(split.strata[s] == g for s in split.train_speakers)} training / "
+        f"{sum(split.strata[s] == g for s in split.eval_speakers)} held-out speakers"
+        for g in sorted(set(split.strata.values()))
+    )
+    run = "1 optimizer step (--quick)" if a.quick else f"{a.epochs:g} epoch(s)"
+    notes = [
+        f"### `{ds.model}` on {ds.title}",
+        "",
+        f"Speaker-disjoint split, seed {a.seed} ({kinds}); {run}, batch {BATCH}, seed "
+        f"{a.seed} in every recipe; scored by greedy generation at 30 s input, {metric} "
+        "after fitwhisper's normaliser for the language. Differences: recipe minus the "
+        "named row, in percentage points, paired by clip.",
+        "",
+        *lines,
+        "",
+    ]
+    notes += [f"- {RECIPES[o.key]}: {o.note}." for o in outcomes if o.note]
+    return "\n".join(notes)
+
+
+def _header(command: list[str], seconds: float) -> str:
+    import torch
+    import transformers
+
+    import fitwhisper
+
+    device = (
+        torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    )
+    return (
+        f"`{' '.join(['python bench/quality.py', *command])}` on {device}: "
+        f"{seconds / 60:.1f} min in all. fitwhisper {fitwhisper.__version__}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}, Python "
+        f"{platform.python_version()}."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", choices=("en", "zh", "all"), default="all", help="Which set.")
+    ap.add_argument("--train_speakers", type=int, default=40, help="Speakers to train on.")
+    ap.add_argument("--eval_speakers", type=int, default=20, help="Speakers held out.")
+    ap.add_argument(
+        "--clips_per_speaker",
+        type=int,
+        default=None,
+        help="Keep each chosen speaker's first N clips (default: all).",
+    )
+    ap.add_argument("--epochs", type=float, default=3, help="Epochs of every trained recipe.")
+    ap.add_argument("--seed", type=int, default=42, help="Split, training and bootstrap seed.")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 training and 2 held-out speakers, 1 clip each, 1 step a recipe.",
+    )
+    ap.add_argument("--out", default=None, help="Also write the markdown here.")
+    ap.add_argument("--work", default=None, help="Keep runs here (default: a temp folder).")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 1
+    if a.clips_per_speaker is not None and a.clips_per_speaker < 1:
+        ap.error("--clips_per_speaker must be at least 1 (or left out for all clips)")
+    import torch
+
+    torch.set_num_threads(train_speed.THREADS)
+    work = Path(a.work or tempfile.mkdtemp(prefix="fw-quality-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:  # every split checked before anything trains
+        splits = {k: split_set(SETS[k], a) for k in (("en", "zh") if a.set == "all" else (a.set,))}
+    except SplitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sections = [run_set(SETS[k], split, a, work) for k, split in splits.items()]
+    command = argv if argv is not None else sys.argv[1:]
+    text = "\n\n".join([_header(command, time.perf_counter() - t0), *sections]) + "\n"
+    print(text, flush=True)
+    if a.out:
+        Path(a.out).write_text(text)
+    print(f"runs and per-clip predictions: {work}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
