@@ -772,14 +772,9 @@ def _cpu_peak(model, opt, step: Callable[[], None]) -> int:
 
 
 def _set_checkpointing(model, on: bool) -> None:
-    # transformers 5.2x names it activation checkpointing; older 5.x gradient checkpointing.
-    name = "activation" if hasattr(model, "activation_checkpointing_enable") else "gradient"
-    if on:
-        getattr(model, f"{name}_checkpointing_enable")(
-            **{f"{name}_checkpointing_kwargs": {"use_reentrant": False}}
-        )
-    else:
-        getattr(model, f"{name}_checkpointing_disable")()
+    from fitwhisper.models import checkpointing
+
+    (checkpointing.enable if on else checkpointing.disable)(model)
 
 
 def _free(cuda: bool) -> None:

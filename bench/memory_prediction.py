@@ -35,6 +35,7 @@ import torch
 
 from fitwhisper.memory.architectures import whisper_config
 from fitwhisper.memory.predict import MemoryRequest, predict_memory
+from fitwhisper.models import checkpointing
 
 MODELS = ("openai/whisper-tiny", "openai/whisper-base")
 BATCHES = (1, 4)
@@ -108,9 +109,7 @@ def measure_step(req: MemoryRequest) -> int:
     model.config.use_cache = False
     model.get_encoder().embed_positions.requires_grad_(False)
     if req.gradient_checkpointing:
-        model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False}
-        )
+        checkpointing.enable(model)
     if req.use_lora and not mixed:
         from peft import LoraConfig, get_peft_model
 

@@ -40,3 +40,17 @@ def test_live_bytes_follow_allocations_frees_and_in_place_updates():
             del c
     sizes = [(sign, trace.sizes[i]) for _, sign, i in trace.events]
     assert sizes == [(1, 512), (1, 4096), (-1, 512), (-1, 4096)]
+
+
+def test_a_layerdrop_test_on_a_fake_tensor_keeps_the_layer():
+    """Whisper's LayerDrop before transformers 5.2x compares a random number in training even
+    at layerdrop 0; a fake tensor has no value, so the trace keeps the layer (its peak)."""
+    trace = StepTrace()
+    with FakeTensorMode():
+        x = torch.empty(4)
+        with _LiveStorages(trace, cuda_rounding=False):
+            dropped = bool(torch.rand([]) < 0.0)
+            y = x * 2  # the layer's work still traced
+        assert not dropped
+        assert y.shape == (4,)
+    assert trace.sizes == [4, 1, 16]  # the random number, the comparison, the layer

@@ -32,6 +32,7 @@ import torch
 
 from fitwhisper.errors import OutOfMemoryError
 from fitwhisper.memory.predict import MemoryRequest
+from fitwhisper.models import checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def _smaller_batch(phase: Phase) -> str:
 
 def _checkpointing(trainer, phase: Phase) -> str:
     """The advice to turn on gradient checkpointing, where it would help and is off."""
-    on = getattr(getattr(trainer, "args", None), "activation_checkpointing", False)
+    on = checkpointing.is_on(getattr(trainer, "args", None))
     return "" if on or phase != "training" else "turn on --gradient_checkpointing"
 
 

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import torch
 
 from fitwhisper.errors import ConfigError
+from fitwhisper.models import checkpointing
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
@@ -346,9 +347,7 @@ def _build_meta(config, req: MemoryRequest) -> torch.nn.Module:
     if req.freeze_encoder:
         model.model.encoder.requires_grad_(False)
     if req.gradient_checkpointing:
-        model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False}
-        )
+        checkpointing.enable(model)
     if req.use_lora or req.use_8bit or req.use_4bit:
         from peft import LoraConfig, get_peft_model
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fitwhisper.config import TrainConfig
 from fitwhisper.method import Method
+from fitwhisper.models import checkpointing
 from fitwhisper.precision import Precision
 from fitwhisper.train.ranks import COLLECTIVE_TIMEOUT
 from fitwhisper.train.validation import reports_to
@@ -71,7 +72,7 @@ def training_arguments(
         # keeps Trainer's choice.
         ddp_find_unused_parameters=False if method != "full" else None,
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
-        activation_checkpointing=cfg.gradient_checkpointing,
+        **checkpointing.training_argument(cfg.gradient_checkpointing),
         dataloader_num_workers=cfg.dataloader_num_workers,
         dataloader_pin_memory=_cuda_available(),
         predict_with_generate=True,
