@@ -210,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget_s", type=float, default=540, help="Time for the whole check.")
     ap.add_argument("--work", type=Path, default=None, help="Work folder (default: a temp).")
     ap.add_argument("--only", nargs="+", default=None, help="Run these steps (and fixture).")
+    ap.add_argument(
+        "--planner_models",
+        nargs="+",
+        default=list(PLANNER_MODELS),
+        choices=PLANNER_MODELS,
+        help="The planner step's model shapes (GPU).",
+    )
     args = ap.parse_args(argv)
     t_start = time.monotonic()
     deadline = t_start + args.budget_s
@@ -249,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only or "planner" in args.only:
         planner_json = work / "planner.json"
         left = max(PLANNER_MIN_S, deadline - time.monotonic())
+        models = ",".join(args.planner_models)
         step = Step("planner", int(left) + 30, lambda c: [c.py, SELF, "_planner",
-                    str(planner_json), str(time.time() + left), str(c.work)])  # fmt: skip
+                    str(planner_json), str(time.time() + left), str(c.work), models])  # fmt: skip
         results.append(_run_step(step, ctx, step.timeout_s))
         if planner_json.is_file():
             table = json.loads(planner_json.read_text())
@@ -578,13 +586,13 @@ def _rank(argv: list[str]) -> int:
     return cli(argv)
 
 
-def _planner(out: Path, until: float, work: Path) -> None:
+def _planner(out: Path, until: float, work: Path, models: list[str]) -> None:
     """Predicted against measured peak memory, one row per configuration, until `until`
     (wall clock); rows left over are listed as not run."""
     import torch
 
     cuda = torch.cuda.is_available()
-    rows = _planner_rows(cuda, work)
+    rows = _planner_rows(cuda, work, models)
     # Predictions trace fake tensors on the CPU: in worker processes, while the GPU measures.
     futures, pool = _predict_all(rows, cuda)
     done: list[dict] = []
@@ -623,13 +631,13 @@ def _planner(out: Path, until: float, work: Path) -> None:
     print(_planner_table(done, cuda))
 
 
-def _planner_rows(cuda: bool, work: Path) -> list[dict]:
+def _planner_rows(cuda: bool, work: Path, models: list[str]) -> list[dict]:
     if not cuda:  # CPU: the fixture's tiny model (d_model 64), so the code path runs in CI
         return [dict(model="fixture tiny", spec=str(work / "tiny"), method=m, dtype="bf16",
                      batch=1, ckpt=False) for m in ("full", "lora")]  # fmt: skip
     return [
         dict(model=m, spec=f"openai/whisper-{m}", method=meth, dtype=d, batch=b, ckpt=c)
-        for m in PLANNER_MODELS for meth in ("full", "lora") for d in ("bf16", "fp16")
+        for m in models for meth in ("full", "lora") for d in ("bf16", "fp16")
         for b in (1, 4) for c in (False, True)
     ]  # fmt: skip
 
@@ -797,7 +805,7 @@ def _child(argv: list[str]) -> int:
     if name == "_rank":
         return _rank(rest)
     if name == "_planner":
-        _planner(Path(rest[0]), float(rest[1]), Path(rest[2]))
+        _planner(Path(rest[0]), float(rest[1]), Path(rest[2]), rest[3].split(","))
         return 0
     raise SystemExit(f"unknown child {name}")
 

@@ -13,11 +13,21 @@ from fitwhisper.models import checkpointing
 
 def _tiny() -> WhisperForConditionalGeneration:
     cfg = WhisperConfig(
-        vocab_size=100, d_model=16, encoder_layers=1, decoder_layers=1,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
-        decoder_ffn_dim=16, max_source_positions=8, max_target_positions=8, pad_token_id=0, bos_token_id=1,
-        eos_token_id=1, decoder_start_token_id=1,
-    )  # fmt: skip
+        vocab_size=100,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        max_source_positions=8,
+        max_target_positions=8,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=1,
+        decoder_start_token_id=1,
+    )
     return WhisperForConditionalGeneration(cfg)
 
 

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     r = train(model_cfg, data_cfg, train_cfg, explicit=explicit)
     from fitwhisper.train import ranks
 
+    ranks.finish()
     if not ranks.is_main():
         return 0  # several processes: the main one reports
     scores = ", ".join(f"{_metric_name(k)} {100 * v:.2f}%" for k, v in r.eval_metrics.items())

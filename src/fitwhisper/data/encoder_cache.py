@@ -79,7 +79,9 @@ def cached_encoder_data(
     device = training_device(param.device)
     if device != param.device:
         # Before Trainer moves the model: the pass runs where training will, not on the CPU.
-        encoder.to(device)
+        # The whole model moves: an encoder on the GPU beside a decoder on the CPU made
+        # scoring before training generate across two devices (the GPU check, H200).
+        model.to(device)
     key = {
         "format": _FORMAT,
         "model": str(getattr(model.config, "_name_or_path", "")),

@@ -303,6 +303,8 @@ def _traced_peaks(
     model = _build_meta(small, req)
     whisper = _whisper_module(model)
     dtypes = _stand_in_dtypes(model, req)
+    if not req.gradient_checkpointing:  # see _half_base
+        dtypes |= _half_base(model, req)
     batch, labels = req.per_device_train_batch_size, req.max_label_tokens
     mixed = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
 
@@ -394,9 +396,11 @@ def _stand_in_dtypes(model: torch.nn.Module, req: MemoryRequest) -> dict[str, to
 
 def _half_base(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dtype]:
     """A plain LoRA run's frozen base under mixed precision is held in the run's half
-    precision (train/methods.py `base_dtype`). Counted in the static bytes only: the trace
-    keeps it fp32, as autocast computes in half precision either way (tracing half weights
-    trips the fake-tensor checkpoint replay), so activations are as for an fp32 base."""
+    precision (train/methods.py `base_dtype`). Without checkpointing the trace holds it so
+    too: an fp32 stand-in made autocast keep a half copy of every frozen weight for the
+    backward pass, +59% on large-v3 against an H200 (bench/RESULTS-gpu.md). Checkpointing's
+    replay on fake tensors fails on half weights, so there the trace keeps it fp32 (+5% to
+    +16% on the H200, on the safe side)."""
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
     if half is None or not req.use_lora or req.use_8bit or req.use_4bit:
         return {}

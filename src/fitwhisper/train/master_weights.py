@@ -47,15 +47,22 @@ def _gathered_masters(module) -> dict:
     """Every trainable parameter's fp32 master, by state-dict name, on the CPU."""
     from deepspeed.utils import safe_get_full_fp32_param
 
-    masters = {}
-    for name, param in module.named_parameters():
+    masters: dict = {}
+    by_param: dict[int, object] = {}
+    # Every name of a tied parameter (Whisper's proj_out is its decoder's embed_tokens): one
+    # name alone left the other with the 16-bit copy, and the reload untied them (H200).
+    for name, param in module.named_parameters(remove_duplicate=False):
         if not param.requires_grad:  # no master; and ZeRO-3's getter expects one
             continue
-        full = safe_get_full_fp32_param(param)
-        if full is not None:
+        if id(param) not in by_param:
+            full = safe_get_full_fp32_param(param)
             # ZeRO-3 leaves each parameter empty and records its shape aside.
             shape = getattr(param, "ds_shape", param.shape)
-            masters[name] = full.detach().float().cpu().reshape(shape)
+            by_param[id(param)] = (
+                None if full is None else full.detach().float().cpu().reshape(shape)
+            )
+        if by_param[id(param)] is not None:
+            masters[name] = by_param[id(param)]
     return masters
 
 

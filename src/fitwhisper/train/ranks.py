@@ -66,6 +66,16 @@ def start() -> None:
         )
 
 
+def finish() -> None:
+    """Leave the process group at the end of a finished run, on every rank: left to the
+    interpreter's exit, NCCL warned that it may leak resources (DeepSpeed, one process,
+    on an H200)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def fsdp_asked() -> bool:
     """Whether the launcher asked for FSDP (`accelerate launch --use_fsdp` or its config)."""
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")

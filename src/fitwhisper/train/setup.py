@@ -140,8 +140,13 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
 
     has_eval = data.eval_ds is not None
     precision = plan.precision
+    layerdrop = max(getattr(loaded.config, f"{s}_layerdrop", 0.0) for s in ("encoder", "decoder"))
     args = parts.training_arguments(
-        train_cfg, precision, has_eval=has_eval, best_metric=plan.best_metric, method=plan.method
+        train_cfg,
+        precision,
+        has_eval=has_eval,
+        best_metric=plan.best_metric,
+        skips_layers=layerdrop > 0,
     )
     parts.one_gpu_without_launcher(args)
     compute_metrics = None

@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 
 from fitwhisper.config import TrainConfig
-from fitwhisper.method import Method
 from fitwhisper.models import checkpointing
 from fitwhisper.precision import Precision
 from fitwhisper.train.ranks import COLLECTIVE_TIMEOUT
@@ -27,10 +26,10 @@ def training_arguments(
     *,
     has_eval: bool,
     best_metric: str | None = None,
-    method: Method = "full",
+    skips_layers: bool = False,
 ):
-    """Seq2SeqTrainingArguments for the run, in the precision `train` resolved, for the
-    training `method` (fitwhisper.method)."""
+    """Seq2SeqTrainingArguments for the run, in the precision `train` resolved;
+    `skips_layers`: the model's LayerDrop is on, so a step can leave parameters unused."""
     from transformers import Seq2SeqTrainingArguments
 
     from fitwhisper.train.sharding import config_path
@@ -66,11 +65,11 @@ def training_arguments(
         # accelerate joins the processes over gloo (left unsaid, each trained alone).
         use_cpu=not _cuda_available(),
         ddp_timeout=int(COLLECTIVE_TIMEOUT.total_seconds()),  # ranks.py: long waits apart
-        # Trainer has DDP look for unused parameters after every backward in any model that
-        # is not a PreTrainedModel (a PeftModel), a walk of the whole graph per step; every
-        # LoRA adapter takes part in every forward, so there are none. Full fine-tuning
-        # keeps Trainer's choice.
-        ddp_find_unused_parameters=False if method != "full" else None,
+        # Trainer has DDP look for unused parameters after every backward (a walk of the
+        # whole graph per step) in a PeftModel, and in a full model without checkpointing,
+        # where DDP then warned on an H200 that it found none. Every trainable parameter
+        # takes part in every forward unless LayerDrop skips a layer.
+        ddp_find_unused_parameters=skips_layers,
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         **checkpointing.training_argument(cfg.gradient_checkpointing),
         dataloader_num_workers=cfg.dataloader_num_workers,
