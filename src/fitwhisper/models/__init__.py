@@ -9,4 +9,5 @@
 - `generation`: language and task in a model's generation config
 - `short_window`: an encoder that takes input shorter than 30 s
 - `card`: the model card (README.md, the Hub's format) from a run folder's own files
+- `checkpointing`: activation checkpointing under either of its transformers 5 names
 """
