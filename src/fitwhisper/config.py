@@ -296,9 +296,12 @@ class TrainConfig:
     )
     gradient_accumulation_steps: int = field(
         default=1,
-        metadata={"min": 1, "help": "Forward passes per optimizer step: effective batch = "
-                  "per-device batch x accumulation x processes."},
-    )  # fmt: skip
+        metadata={
+            "min": 1,
+            "help": "Forward passes per optimizer step: effective batch = "
+            "per-device batch x accumulation x processes.",
+        },
+    )
     learning_rate: float = field(default=1e-5, metadata={"above": 0, "help": "Peak learning rate."})
     weight_decay: float = field(default=0.0, metadata={"min": 0, "help": "AdamW weight decay."})
     optim: Literal["adamw_torch", "adamw_8bit", "adafactor"] = field(
@@ -351,9 +354,11 @@ class TrainConfig:
     )
     fp16: bool | None = field(
         default=None,
-        metadata={"help": "fp16 mixed precision (CUDA only). Unset (auto): bf16 where the GPU "
-                  "supports it, else fp16 on CUDA, fp32 on CPU."},
-    )  # fmt: skip
+        metadata={
+            "help": "fp16 mixed precision (CUDA only). Unset (auto): bf16 where the GPU "
+            "supports it, else fp16 on CUDA, fp32 on CPU."
+        },
+    )
     bf16: bool | None = field(
         default=None,
         metadata={

@@ -15,11 +15,19 @@ from typing import Literal, Protocol
 
 Method = Literal["full", "lora", "8bit", "4bit"]
 METHODS: tuple[Method, ...] = ("full", "lora", "8bit", "4bit")  # heaviest first
-METHOD_NAMES: dict[Method, str] = {"full": "full", "lora": "LoRA", "8bit": "8-bit base + LoRA",
-                                   "4bit": "4-bit base + LoRA"}  # fmt: skip
+METHOD_NAMES: dict[Method, str] = {
+    "full": "full",
+    "lora": "LoRA",
+    "8bit": "8-bit base + LoRA",
+    "4bit": "4-bit base + LoRA",
+}
 # Short labels for table columns (`fitwhisper doctor`, the presets).
-METHOD_LABELS: dict[Method, str] = {"full": "full", "lora": "LoRA", "8bit": "8-bit+LoRA",
-                                    "4bit": "4-bit+LoRA"}  # fmt: skip
+METHOD_LABELS: dict[Method, str] = {
+    "full": "full",
+    "lora": "LoRA",
+    "8bit": "8-bit+LoRA",
+    "4bit": "4-bit+LoRA",
+}
 
 
 # The first bitsandbytes whose CPU backend trains 8-bit/4-bit bases and adamw_8bit (tested).

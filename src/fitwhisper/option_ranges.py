@@ -170,8 +170,14 @@ def path_problem(flag: str, kind: str, value: str) -> str | None:
     return None
 
 
-_NOUNS = {"file": "file", "folder": "folder", "new_file": "file", "new_folder": "folder",
-          "any": "file or folder", "model": "model (a folder, Hub id or offline name)"}  # fmt: skip
+_NOUNS = {
+    "file": "file",
+    "folder": "folder",
+    "new_file": "file",
+    "new_folder": "folder",
+    "any": "file or folder",
+    "model": "model (a folder, Hub id or offline name)",
+}
 
 
 def flag_name(f: dataclasses.Field) -> str:

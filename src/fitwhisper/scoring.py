@@ -26,15 +26,46 @@ NORMALIZERS: tuple[str, ...] = ("auto", "whisper_english", "whisper_basic", "chi
 # OpenCC's conversion tables (the .json configs its package ships), e.g. s2tw: Simplified
 # to Taiwan Traditional characters; s2twp adds Taiwanese phrasing.
 OPENCC_CONFIGS: tuple[str, ...] = (
-    "s2t", "t2s", "s2tw", "tw2s", "s2twp", "tw2sp", "s2hk", "hk2s", "s2hkp", "hk2sp",
-    "t2tw", "tw2t", "t2hk", "hk2t", "t2jp", "jp2t",
-)  # fmt: skip
+    "s2t",
+    "t2s",
+    "s2tw",
+    "tw2s",
+    "s2twp",
+    "tw2sp",
+    "s2hk",
+    "hk2s",
+    "s2hkp",
+    "hk2sp",
+    "t2tw",
+    "tw2t",
+    "t2hk",
+    "hk2t",
+    "t2jp",
+    "jp2t",
+)
 
 # Languages written without spaces between words: word error rate is meaningless there.
 CER_LANGUAGES = frozenset(
-    {"zh", "chinese", "mandarin", "yue", "cantonese", "ja", "japanese", "th", "thai", "lo", "lao",
-     "my", "burmese", "km", "khmer", "bo", "tibetan"}
-)  # fmt: skip
+    {
+        "zh",
+        "chinese",
+        "mandarin",
+        "yue",
+        "cantonese",
+        "ja",
+        "japanese",
+        "th",
+        "thai",
+        "lo",
+        "lao",
+        "my",
+        "burmese",
+        "km",
+        "khmer",
+        "bo",
+        "tibetan",
+    }
+)
 ENGLISH = frozenset({"en", "english"})
 
 
@@ -262,8 +293,11 @@ def aligned_units(reference: str, hypothesis: str, metric: Metric) -> list[tuple
     r_units, h_units = _units(reference, metric), _units(hypothesis, metric)
     sep = "" if metric == "cer" else " "
     if not r_units or not h_units:
-        return [(op, sep.join(r), sep.join(h)) for op, r, h in
-                (("D", r_units, []), ("I", [], h_units)) if r or h]  # fmt: skip
+        return [
+            (op, sep.join(r), sep.join(h))
+            for op, r, h in (("D", r_units, []), ("I", [], h_units))
+            if r or h
+        ]
     out = jiwer.process_words(" ".join(r_units), " ".join(h_units))
     ops = {"equal": "=", "substitute": "S", "delete": "D", "insert": "I"}
     return [
@@ -367,9 +401,25 @@ def _join_digit_runs(text: str) -> str:
 
 # CJK punctuation with no NFKC half-width form, folded to the ASCII mark it stands for.
 _CJK_PUNCT_TO_ASCII = str.maketrans(
-    {"。": ".", "、": ",", "「": '"', "」": '"', "『": '"', "』": '"', "《": '"', "》": '"',
-     "〈": '"', "〉": '"', "【": "[", "】": "]", "〔": "(", "〕": ")", "・": "-", "～": "~"}
-)  # fmt: skip
+    {
+        "。": ".",
+        "、": ",",
+        "「": '"',
+        "」": '"',
+        "『": '"',
+        "』": '"',
+        "《": '"',
+        "》": '"',
+        "〈": '"',
+        "〉": '"',
+        "【": "[",
+        "】": "]",
+        "〔": "(",
+        "〕": ")",
+        "・": "-",
+        "～": "~",
+    }
+)
 
 
 def _normalize_chinese(text: str, options: NormalizeOptions = NormalizeOptions()) -> str:

@@ -48,8 +48,14 @@ class CheckDataOptions:
 
 
 # Column names and limits: DataConfig's fields, the same text `train --help` shows.
-DATA_FIELDS = ("audio_column", "text_column", "language_column", "min_audio_len",
-               "max_audio_len", "max_label_tokens")  # fmt: skip
+DATA_FIELDS = (
+    "audio_column",
+    "text_column",
+    "language_column",
+    "min_audio_len",
+    "max_audio_len",
+    "max_label_tokens",
+)
 OPTIONS = (Options(CheckDataOptions), Options(DataConfig, "data", only=DATA_FIELDS))
 
 

@@ -141,8 +141,14 @@ def run(args: argparse.Namespace) -> int:
     # The manifest's rows are checked before any format is written (and the formats'
     # refusals inside export_formats, before the first is written).
     rows = scoring_rows(model, a.manifest, a.max_samples) if a.manifest else None
-    written = export_formats(model, a.out, formats, quantization=a.quantization,
-                             ggml_dtype=a.ggml_dtype, overwrite=a.force)  # fmt: skip
+    written = export_formats(
+        model,
+        a.out,
+        formats,
+        quantization=a.quantization,
+        ggml_dtype=a.ggml_dtype,
+        overwrite=a.force,
+    )
     for w in written:
         print(f"exported {w.source} -> {w.out} ({w.format}, {w.size_mb:.0f} MB)")
         print(f"  load it: {FORMATS[w.format].loads_with.replace('OUT', str(w.out))}")
@@ -165,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         report.write_text(json.dumps(rescored.as_dict(), indent=2, ensure_ascii=False) + "\n")
         print(f"  wrote  {report}")
     source = model.adapter or (model.path_or_id if model.kind != "hub" else None)
-    cards = write_export_cards(source and Path(str(source)), model.spec, a.language,
-                               Path(a.out), written, rescored)  # fmt: skip
+    cards = write_export_cards(
+        source and Path(str(source)), model.spec, a.language, Path(a.out), written, rescored
+    )
     print(f"  wrote  {cards[0]} (model card)")
     return 0

@@ -281,8 +281,13 @@ def _typed(value: Any, hint: Any) -> Any:
 def _expected(kind: type, choices: list[Any] | None) -> str:
     if choices is not None:
         return "one of " + ", ".join(str(c) for c in choices)
-    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false",
-             list: "a list (or a comma list)"}  # fmt: skip
+    names = {
+        int: "a whole number",
+        float: "a number",
+        str: "text",
+        bool: "true or false",
+        list: "a list (or a comma list)",
+    }
     return names.get(kind, kind.__name__)
 
 

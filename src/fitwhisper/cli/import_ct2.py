@@ -88,9 +88,13 @@ def run(args: argparse.Namespace) -> int:
     a = build_config(ImportCt2Args, args)
     refuse_overlap(
         {"OUT": a.out},
-        [("SRC", a.src), *(("--part", p) for p in a.part or ()),
-         ("--config", a.config), ("--tokenizer", a.tokenizer)],
-    )  # fmt: skip
+        [
+            ("SRC", a.src),
+            *(("--part", p) for p in a.part or ()),
+            ("--config", a.config),
+            ("--tokenizer", a.tokenizer),
+        ],
+    )
     # Paths stay strings in the parser; import_ct2 takes str or Path.
     src = [a.src, *a.part] if a.part else a.src
     r = import_ct2(

@@ -102,11 +102,23 @@ def _request(opts: PlanOptions):
         precision = gpu_precision(opts.gpu, opts.fp16 or None, opts.bf16 or None)
     fields = {
         name: getattr(opts, name)
-        for name in ("model", "per_device_train_batch_size", "optim", "gradient_checkpointing",
-                     "freeze_encoder", "use_lora", "lora_r", "lora_dropout", "use_8bit",
-                     "use_4bit", "max_audio_len", "max_label_tokens", "attn_implementation",
-                     "device")
-    }  # fmt: skip
+        for name in (
+            "model",
+            "per_device_train_batch_size",
+            "optim",
+            "gradient_checkpointing",
+            "freeze_encoder",
+            "use_lora",
+            "lora_r",
+            "lora_dropout",
+            "use_8bit",
+            "use_4bit",
+            "max_audio_len",
+            "max_label_tokens",
+            "attn_implementation",
+            "device",
+        )
+    }
     return MemoryRequest(
         **fields, precision=precision, lora_target_modules=tuple(opts.lora_target_modules)
     )

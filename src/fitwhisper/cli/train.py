@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             f" ({r.skipped_rows} rows skipped, see {r.output_dir / 'data_report.json'})"
             if r.skipped_rows
             else ""
-        )  # fmt: skip
+        )
     )
     if r.skipped_steps:
         print(f"{r.skipped_steps} steps skipped: non-finite loss or gradient (--on_nonfinite skip)")

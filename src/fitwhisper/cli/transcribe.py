@@ -91,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if choice.name == "transformers" and opts.mode == "batched":
         raise ConfigError("--mode batched needs the ct2 engine", hint="pass --engine ct2")
     engine = make_engine(model, opts, choice)
-    print(f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}",
+        file=sys.stderr,
+    )
 
     # 3. Transcribe; outputs are written as files finish, stdout in input order at the end.
     #    SIGTERM, like Ctrl-C, stops the run between two files' writes: what was finished
@@ -255,8 +257,9 @@ def _refuse_writing_over_inputs(job, files: list[Path], formats: list[str], stem
     written = [("--output_file", job.output_file)]
     if job.output_dir:
         out_dir = Path(job.output_dir)
-        written += [("the transcript", out_dir / f"{stems[str(f)]}.{fmt}") for f in files
-                    for fmt in formats]  # fmt: skip
+        written += [
+            ("the transcript", out_dir / f"{stems[str(f)]}.{fmt}") for f in files for fmt in formats
+        ]
     inputs = [("audio", f) for f in files]
     refuse_overlap(written, [*inputs, ("--audio_list", job.audio_list), ("--model", job.model)])
 

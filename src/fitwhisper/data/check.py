@@ -240,9 +240,13 @@ def apply_bad_row_policy(
         )
     usable = report.usable_rows()
     log.warning(
-        "Skipped %s of %s rows of %s: %s%s", f"{len(bad):,}", f"{len(report.rows):,}", name,
-        summary, see,
-    )  # fmt: skip
+        "Skipped %s of %s rows of %s: %s%s",
+        f"{len(bad):,}",
+        f"{len(report.rows):,}",
+        name,
+        summary,
+        see,
+    )
     if not usable:
         raise DataError(
             f"every row of {name} has a problem ({summary})",
@@ -289,12 +293,16 @@ def _inspect_audio(row: Row) -> _AudioFacts:
         duration_s=info.duration_s,
         peak=float(magnitude.max()) if magnitude.size else 0.0,
         nonfinite=nonfinite,
-        clipped_share=float(np.count_nonzero(magnitude >= CLIPPED_LEVEL)) / samples.size
-        if samples.size else 0.0,
+        clipped_share=(
+            float(np.count_nonzero(magnitude >= CLIPPED_LEVEL)) / samples.size
+            if samples.size
+            else 0.0
+        ),
         # Content, not path: the same clip copied or re-encoded losslessly is a duplicate.
-        digest=hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest() if samples.size
-        else None,
-    )  # fmt: skip
+        digest=(
+            hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest() if samples.size else None
+        ),
+    )
 
 
 def _check_row(
@@ -321,8 +329,13 @@ def _check_row(
         elif audio.peak is not None and audio.peak < SILENCE_PEAK:
             add(Problem("silent_audio", f"peak {audio.peak:.1e} < {SILENCE_PEAK:g}"))
         if audio.clipped_share > CLIPPED_SHARE:
-            add(Problem("clipped_audio", f"{audio.clipped_share:.1%} of samples at full scale "
-                        f"(|x| >= {CLIPPED_LEVEL:g}) > {CLIPPED_SHARE:.0%}"))  # fmt: skip
+            add(
+                Problem(
+                    "clipped_audio",
+                    f"{audio.clipped_share:.1%} of samples at full scale "
+                    f"(|x| >= {CLIPPED_LEVEL:g}) > {CLIPPED_SHARE:.0%}",
+                )
+            )
         if audio.digest is not None and d < cfg.min_audio_len:
             add(Problem("too_short", f"{d:.2f} s < --min_audio_len {cfg.min_audio_len:g} s"))
         if d > cfg.max_audio_len:
@@ -369,9 +382,21 @@ def _chunks(rows: list[Row], size: int) -> Iterator[list[Row]]:
 
 
 _REPORT_FIELDS = [
-    "index", "line", "where", "id", "audio", "language", "text", "ok", "problems", "details",
-    "duration_s", "sample_rate_hz", "channels", "label_tokens",
-]  # fmt: skip
+    "index",
+    "line",
+    "where",
+    "id",
+    "audio",
+    "language",
+    "text",
+    "ok",
+    "problems",
+    "details",
+    "duration_s",
+    "sample_rate_hz",
+    "channels",
+    "label_tokens",
+]
 
 
 def _record(r: RowResult) -> dict:

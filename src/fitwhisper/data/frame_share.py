@@ -25,9 +25,16 @@ from fitwhisper.models.short_window import short_frames
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_FRAMES, WINDOW_SECONDS
 
 
-def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None,
-                batch_size: int, full_share: float, window_share: float = 0.0, *,
-                epochs: int = 5, seed: int = 0) -> float:  # fmt: skip
+def frame_share(
+    durations_s: Sequence[float],
+    label_tokens: Sequence[int] | None,
+    batch_size: int,
+    full_share: float,
+    window_share: float = 0.0,
+    *,
+    epochs: int = 5,
+    seed: int = 0,
+) -> float:
     """The share of the recipe's encoder frames (every clip padded to 30 s) that a mixed run
     on these clips feeds, averaged over `epochs` epochs: its windows packed as the run packs
     them, then `items_frame_share`.
@@ -53,14 +60,23 @@ def frame_share(durations_s: Sequence[float], label_tokens: Sequence[int] | None
         item_s = [WINDOW_SECONDS if len(w.rows) > 1 else durations_s[w.rows[0]] for w in windows]
     # The trainer batches clips and windows by kind (data/mixed_windows.py).
     kinds = [WINDOW_SECONDS if s else 1.0 for s in several] if any(several) else None
-    return items_frame_share(item_s, several, n, batch_size, full_share, sort_keys=kinds,
-                             epochs=epochs, seed=seed)  # fmt: skip
+    return items_frame_share(
+        item_s, several, n, batch_size, full_share, sort_keys=kinds, epochs=epochs, seed=seed
+    )
 
 
-def items_frame_share(item_durations_s: Sequence[float], several: Sequence[bool],
-                      n_clips: int, batch_size: int, full_share: float, *,
-                      sort_keys: Sequence[float] | None = None, group_size: int | None = None,
-                      epochs: int = 5, seed: int = 0) -> float:  # fmt: skip
+def items_frame_share(
+    item_durations_s: Sequence[float],
+    several: Sequence[bool],
+    n_clips: int,
+    batch_size: int,
+    full_share: float,
+    *,
+    sort_keys: Sequence[float] | None = None,
+    group_size: int | None = None,
+    epochs: int = 5,
+    seed: int = 0,
+) -> float:
     """The same share for training items already made (a run's own dataset).
 
     Args:
@@ -76,8 +92,10 @@ def items_frame_share(item_durations_s: Sequence[float], several: Sequence[bool]
 
     if not item_durations_s:
         return 1.0
-    frames = [WINDOW_FRAMES if s else math.ceil(d * FRAMES_PER_SECOND)
-              for d, s in zip(item_durations_s, several, strict=True)]  # fmt: skip
+    frames = [
+        WINDOW_FRAMES if s else math.ceil(d * FRAMES_PER_SECOND)
+        for d, s in zip(item_durations_s, several, strict=True)
+    ]
     keys = None if sort_keys is None else sampler_lengths(sort_keys)
     shares = []
     for epoch in range(epochs):

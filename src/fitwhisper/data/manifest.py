@@ -111,8 +111,10 @@ def load_manifest(
     if not p.exists():
         raise DataError(f"manifest {p} not found", hint=_FORMATS_HINT)
     if (kind := special_file_kind(p)) is not None:
-        raise DataError(f"manifest {p} is {kind}, not a file or folder: not read",
-                        hint=_FORMATS_HINT + "; save a stream to a file first")  # fmt: skip
+        raise DataError(
+            f"manifest {p} is {kind}, not a file or folder: not read",
+            hint=_FORMATS_HINT + "; save a stream to a file first",
+        )
     if p.is_dir():
         return _load_folder(p, audio_column, text_column, language_column)
     suffix = p.suffix.lower()
@@ -137,8 +139,12 @@ def special_file_kind(path: str | os.PathLike) -> str | None:
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
-    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
@@ -283,9 +289,14 @@ def _load_folder(
         if meta.is_file():
             audio_column = audio_column or "file_name"  # audiofolder's own convention
             return _build(
-                meta, "audiofolder", reader(meta), folder, audio_column, text_column,
+                meta,
+                "audiofolder",
+                reader(meta),
+                folder,
+                audio_column,
+                text_column,
                 language_column,
-            )  # fmt: skip
+            )
     raise DataError(
         f"{folder} is a folder without metadata.csv or metadata.jsonl", hint=_FORMATS_HINT
     )
@@ -325,11 +336,16 @@ def _load_saved_dataset(
             i = start + j
             rows.append(
                 _dataset_row(
-                    ds, folder, i, audio_col, audio_refs[i], batch[text_col][j],
+                    ds,
+                    folder,
+                    i,
+                    audio_col,
+                    audio_refs[i],
+                    batch[text_col][j],
                     batch[lang_col][j] if lang_col else None,
                     batch[id_col][j] if id_col else None,
                 )
-            )  # fmt: skip
+            )
     if not rows:
         raise DataError(f"the dataset {folder} has no rows", hint=_FORMATS_HINT)
     return Manifest(folder, "datasets", rows, audio_col, text_col, lang_col, columns)
@@ -460,8 +476,16 @@ def _row(obj: dict, index, line, base, audio_col, text_col, lang_col, id_col) ->
     raw_id = obj.get(id_col) if id_col else None
     if raw_id is None:
         raw_id = raw_audio if isinstance(raw_audio, str) else line
-    return Row(index, line, audio, text, _lang(obj.get(lang_col) if lang_col else None),
-               _repair(str(raw_id)), problem, detail)  # fmt: skip
+    return Row(
+        index,
+        line,
+        audio,
+        text,
+        _lang(obj.get(lang_col) if lang_col else None),
+        _repair(str(raw_id)),
+        problem,
+        detail,
+    )
 
 
 _ABSENT = object()

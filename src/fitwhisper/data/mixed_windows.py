@@ -58,8 +58,15 @@ class ClipsAndWindows(Dataset):
 
     batches_by_kind = True  # the trainer then batches with LengthGroupedSampler
 
-    def __init__(self, clips, packed: PackedDataset, windows: Sequence[Window],
-                 durations_s: Sequence[float], *, by_duration: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        clips,
+        packed: PackedDataset,
+        windows: Sequence[Window],
+        durations_s: Sequence[float],
+        *,
+        by_duration: bool,
+    ) -> None:
         self.clips = clips
         self.packed = packed
         self.rows = clips.rows
@@ -118,16 +125,22 @@ def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | No
             "so every item stays a single clip"
         )
         return None
-    windows = windows_for(clips.rows, durations_s, tokenizer, cfg, language=language,
-                          several_share=share)  # fmt: skip
+    windows = windows_for(
+        clips.rows, durations_s, tokenizer, cfg, language=language, several_share=share
+    )
     several = [w for w in windows if len(w.rows) > 1]
     if not several:
         return None
-    packed = PackedDataset(clips.rows, several, clips.processor, language=language,
-                           task=clips.task, timestamp_fraction=1.0,
-                           augment=getattr(clips, "augment", None))  # fmt: skip
-    return ClipsAndWindows(clips, packed, windows, durations_s,
-                           by_duration=cfg.group_by_duration)  # fmt: skip
+    packed = PackedDataset(
+        clips.rows,
+        several,
+        clips.processor,
+        language=language,
+        task=clips.task,
+        timestamp_fraction=1.0,
+        augment=getattr(clips, "augment", None),
+    )
+    return ClipsAndWindows(clips, packed, windows, durations_s, by_duration=cfg.group_by_duration)
 
 
 def describe(ds: ClipsAndWindows) -> str:

@@ -111,16 +111,26 @@ def pack_windows(
     return windows
 
 
-def windows_for(rows: Sequence[Row], durations_s: Sequence[float], tokenizer, cfg, *,
-                language: str | None, several_share: float | None = None,
-                ) -> list[Window]:  # fmt: skip
+def windows_for(
+    rows: Sequence[Row],
+    durations_s: Sequence[float],
+    tokenizer,
+    cfg,
+    *,
+    language: str | None,
+    several_share: float | None = None,
+) -> list[Window]:
     """The windows `train --pack_clips` makes of these rows under the run's `TrainConfig`,
     or with `several_share` (see pack_windows) those of `--encoder_input mixed`."""
     tokens = [len(tokenizer(r.text or "", add_special_tokens=False).input_ids) for r in rows]
     return pack_windows(
-        rows, durations_s, tokens, language=language,
-        single_clip_share=cfg.packed_single_clip_share, several_share=several_share,
-    )  # fmt: skip
+        rows,
+        durations_s,
+        tokens,
+        language=language,
+        single_clip_share=cfg.packed_single_clip_share,
+        several_share=several_share,
+    )
 
 
 def _single(i: int, single_clip_share: float, several_share: float | None) -> bool:

@@ -104,9 +104,15 @@ def describe_trimming(mode: str, items, cfg, full_share: float) -> str:
     batch = cfg.per_device_train_batch_size
     processes = int(os.environ.get("WORLD_SIZE", "1") or 1)  # as train/ranks.py reads it
     step = batch * cfg.gradient_accumulation_steps * processes  # the trainer's sampler groups
-    share = items_frame_share(item_s, several, len(clip_s), batch, full_share,
-                              sort_keys=items.lengths[:n] if grouped else None,
-                              group_size=step)  # fmt: skip
+    share = items_frame_share(
+        item_s,
+        several,
+        len(clip_s),
+        batch,
+        full_share,
+        sort_keys=items.lengths[:n] if grouped else None,
+        group_size=step,
+    )
     kept = f", {full_share:.0%} of them kept at 30 s" if mode == "mixed" else ""
     if any(several):
         kept += " and those holding a window of several clips"

@@ -91,12 +91,14 @@ def run_demo(
         logging_steps=5,
         seed=seed,
     )
-    result = train(ModelConfig(model=DEMO_MODEL, freeze_encoder=freeze_encoder), DataConfig(),
-                   config)  # fmt: skip
+    result = train(
+        ModelConfig(model=DEMO_MODEL, freeze_encoder=freeze_encoder), DataConfig(), config
+    )
 
     train_seconds = time.perf_counter() - t_train
-    mode, share = _encoder_input(result.final_dir, data.train_manifest, batch_size,
-                                 config.packed_window_share)  # fmt: skip
+    mode, share = _encoder_input(
+        result.final_dir, data.train_manifest, batch_size, config.packed_window_share
+    )
 
     # 4. the training run scored its final model on the same clips with the same scorer
     log.info("[4/5] scored the fine-tuned model on the same held-out clips")
@@ -123,8 +125,9 @@ def run_demo(
     )
 
 
-def _encoder_input(final_dir: Path, manifest: Path, batch_size: int,
-                   window_share: float) -> tuple[str, float]:  # fmt: skip
+def _encoder_input(
+    final_dir: Path, manifest: Path, batch_size: int, window_share: float
+) -> tuple[str, float]:
     """The encoder input the run recorded, and the share of a 30 s run's encoder frames it
     fed on these clips (its batching replayed: data/frame_share.py; 1.0 for full)."""
     import soundfile
@@ -144,8 +147,9 @@ def _encoder_input(final_dir: Path, manifest: Path, batch_size: int,
     tokenizer = AutoTokenizer.from_pretrained(final_dir)
     tokens = [len(tokenizer(r.text, add_special_tokens=False).input_ids) for r in rows]
     windows = window_share if record.get("packed_window_share") else 0.0
-    share = frame_share(durations, tokens, batch_size, record.get("full_window_share", 0.0),
-                        windows)  # fmt: skip
+    share = frame_share(
+        durations, tokens, batch_size, record.get("full_window_share", 0.0), windows
+    )
     return mode, share
 
 

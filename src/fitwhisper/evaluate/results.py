@@ -103,8 +103,12 @@ class EvalResult:
         if s.metric in ("cer", "mer"):
             other = "mer" if s.metric == "cer" else "cer"
             o = score(refs, hyps, other, self.normalizer)  # type: ignore[arg-type]
-            out[other] = {other: o.normalized, "errors": o.errors, "ref_units": o.ref_units,
-                          "units": UNITS[other]}  # fmt: skip
+            out[other] = {
+                other: o.normalized,
+                "errors": o.errors,
+                "ref_units": o.ref_units,
+                "units": UNITS[other],
+            }
         if self.expected_script:
             share = script_share(hyps, self.expected_script)  # type: ignore[arg-type]
             out["script"] = {
@@ -291,9 +295,14 @@ def _language_figures(refs: list[str], hyps: list[str], tag: str, normalizer) ->
     lang = None if tag == "unknown" else tag
     metric, norm = make_scorer(lang, opencc=normalizer.opencc_config)
     s = score(refs, hyps, metric, norm)
-    return {"metric": metric, metric: s.normalized, "errors": s.errors,
-            "ref_units": s.ref_units, "n_utterances": s.n_utterances,
-            "normalizer": s.normalizer}  # fmt: skip
+    return {
+        "metric": metric,
+        metric: s.normalized,
+        "errors": s.errors,
+        "ref_units": s.ref_units,
+        "n_utterances": s.n_utterances,
+        "normalizer": s.normalizer,
+    }
 
 
 def _extra_lines(extra: dict, output_script: str | None) -> list[str]:

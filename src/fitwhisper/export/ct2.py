@@ -119,12 +119,24 @@ def transcribe_ct2(
     for audio in audios:
         duration = len(audio) / SAMPLE_RATE
         segments, meta = model.transcribe(
-            padded_like_training(audio), language=language, task=task, beam_size=1, temperature=0.0,
-            without_timestamps=not timestamps, condition_on_previous_text=False,
+            padded_like_training(audio),
+            language=language,
+            task=task,
+            beam_size=1,
+            temperature=0.0,
+            without_timestamps=not timestamps,
+            condition_on_previous_text=False,
             vad_filter=False,
-        )  # fmt: skip
-        segs = [{"start": min(s.start, duration), "end": min(s.end, duration),
-                 "text": s.text.strip()} for s in segments]  # fmt: skip
-        out.append({"text": " ".join(s["text"] for s in segs).strip(),
-                    "language": meta.language, "segments": segs})  # fmt: skip
+        )
+        segs = [
+            {"start": min(s.start, duration), "end": min(s.end, duration), "text": s.text.strip()}
+            for s in segments
+        ]
+        out.append(
+            {
+                "text": " ".join(s["text"] for s in segs).strip(),
+                "language": meta.language,
+                "segments": segs,
+            }
+        )
     return out

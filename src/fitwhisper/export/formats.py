@@ -82,7 +82,7 @@ FORMATS: dict[str, Format] = {
             "fitwhisper.export.openai_format",
             ("whisper",),
         ),
-    )  # fmt: skip
+    )
 }
 
 

@@ -320,8 +320,7 @@ class _Runner:
                 last = (stamps[-1] - tb) * precision if stamps and stamps[-1] > tb else None
                 end = offset + (last if last is not None else window.size / SAMPLE_RATE)
                 if text := self._decode([t for t in tokens if t < tb]):
-                    segments.append({"start": round(offset, 2), "end": round(end, 2),
-                                     "text": text})  # fmt: skip
+                    segments.append({"start": round(offset, 2), "end": round(end, 2), "text": text})
                 seek += window.size
         language = self.lang_of.get(lang, "en") if lang is not None else "en"
         text = " ".join(s["text"] for s in segments)

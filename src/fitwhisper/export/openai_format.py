@@ -244,7 +244,7 @@ def transcribe_openai(
                         "start": min(float(s["start"]), duration),
                         "end": min(float(s["end"]), duration),
                         "text": s["text"].strip(),
-                    }  # fmt: skip
+                    }
                     for s in result["segments"]
                 ],
             }

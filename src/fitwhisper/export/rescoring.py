@@ -119,8 +119,9 @@ class Rescore:
         return "\n".join(lines)
 
 
-def scoring_rows(source_spec, manifest: str | Path, max_samples: int | None = None, *,
-                 processor=None) -> list:  # fmt: skip
+def scoring_rows(
+    source_spec, manifest: str | Path, max_samples: int | None = None, *, processor=None
+) -> list:
     """The manifest's rows to score on, checked as `fitwhisper evaluate` checks them; the
     export checks them before it writes anything.
 
@@ -174,8 +175,9 @@ def rescore(
         rows = scoring_rows(source_model, manifest, max_samples, processor=processor)
     # 30 s windows for the source too, as every engine reads them (a model trained on
     # trimmed input would otherwise be scored on its short window).
-    cfg = EvalConfig(language=source_language, batch_size=batch_size, opencc=opencc,
-                     encoder_window="full")  # fmt: skip
+    cfg = EvalConfig(
+        language=source_language, batch_size=batch_size, opencc=opencc, encoder_window="full"
+    )
     t0 = time.perf_counter()
     source_res = evaluate_rows(source_model, processor, rows, cfg)
     source_s = time.perf_counter() - t0
@@ -187,8 +189,9 @@ def rescore(
     duration = len(long_audio) / SAMPLE_RATE
 
     def judge(text: str, segments: list[dict]) -> LongFile:
-        return LongFile(score([long_ref], [text], metric, norm), len(segments),
-                        _times_ok(segments, duration))  # fmt: skip
+        return LongFile(
+            score([long_ref], [text], metric, norm), len(segments), _times_ok(segments, duration)
+        )
 
     source_long = None
     if long_file:
@@ -208,8 +211,9 @@ def rescore(
             lf = judge(o["text"], o["segments"])
         langs = dict(Counter(str(o.get("language")) for o in outs))
         scored.append(Scored(fmt, FORMATS[fmt].engine, s, seconds, lf, str(folder), langs))
-    return Rescore(source, scored, len(rows), duration if long_file else 0.0,
-                   n_long if long_file else 0)  # fmt: skip
+    return Rescore(
+        source, scored, len(rows), duration if long_file else 0.0, n_long if long_file else 0
+    )
 
 
 def _long_file(audios: list[np.ndarray], texts: list[str]) -> tuple[np.ndarray, str, int]:

@@ -23,10 +23,18 @@ _SIZES: dict[str, tuple[int, int, int, int, int]] = {
 
 # Token ids differ between the English-only (51864 tokens) and multilingual vocabularies;
 # large-v3 and turbo add one language token (51866).
-_EN_IDS = {"bos_token_id": 50257, "eos_token_id": 50256, "pad_token_id": 50256,
-           "decoder_start_token_id": 50257}  # fmt: skip
-_MULTI_IDS = {"bos_token_id": 50257, "eos_token_id": 50257, "pad_token_id": 50257,
-              "decoder_start_token_id": 50258}  # fmt: skip
+_EN_IDS = {
+    "bos_token_id": 50257,
+    "eos_token_id": 50256,
+    "pad_token_id": 50256,
+    "decoder_start_token_id": 50257,
+}
+_MULTI_IDS = {
+    "bos_token_id": 50257,
+    "eos_token_id": 50257,
+    "pad_token_id": 50257,
+    "decoder_start_token_id": 50258,
+}
 
 
 def _arch(size: str, vocab_size: int, num_mel_bins: int = 80) -> dict[str, Any]:

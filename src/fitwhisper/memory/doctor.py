@@ -127,7 +127,7 @@ def doctor(
         "cpu_memory": {
             "total_bytes": facts.cpu_total_bytes,
             "available_bytes": facts.cpu_available_bytes,
-        },  # fmt: skip
+        },
         "versions": facts.versions,
         "cuda_version": facts.cuda_version,
         "cudnn_version": facts.cudnn_version,
@@ -160,8 +160,9 @@ def doctor(
     for model in models:
         for method, flags in METHODS.items():
             need = predict(model=model, precision=precision, **VERDICT_SETTINGS, **flags)
-            verdict, why = _verdict(need, gpu, facts, quantised="use_8bit" in flags
-                                    or "use_4bit" in flags)  # fmt: skip
+            verdict, why = _verdict(
+                need, gpu, facts, quantised="use_8bit" in flags or "use_4bit" in flags
+            )
             report["verdicts"].append(
                 {
                     "model": model,
@@ -169,7 +170,7 @@ def doctor(
                     "predicted_bytes": need,
                     "verdict": verdict,
                     "why": why,
-                }  # fmt: skip
+                }
             )
     return report
 
@@ -440,7 +441,7 @@ def _gpu_processes() -> tuple[tuple[GpuProcess, ...] | None, str]:
                     smi,
                     "--query-compute-apps=pid,process_name,used_memory",
                     "--format=csv,noheader,nounits",
-                ],  # fmt: skip
+                ],
                 capture_output=True,
                 text=True,
                 timeout=10,

@@ -21,10 +21,23 @@ from fitwhisper.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-MODEL_KEYS = ("model", "use_lora", "use_8bit", "use_4bit", "freeze_encoder", "lora_r",
-              "lora_target_modules")  # fmt: skip
-TRAIN_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps",
-              "gradient_checkpointing", "optim", "fp16", "bf16")  # fmt: skip
+MODEL_KEYS = (
+    "model",
+    "use_lora",
+    "use_8bit",
+    "use_4bit",
+    "freeze_encoder",
+    "lora_r",
+    "lora_target_modules",
+)
+TRAIN_KEYS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "gradient_checkpointing",
+    "optim",
+    "fp16",
+    "bf16",
+)
 
 
 def resolve_plan(
@@ -158,16 +171,25 @@ def auto_fit(
     methods = tuple(named[:1]) or METHODS
     # Under a launcher the memory is each GPU's, and the effective batch is the whole run's.
     local, machines = launched_world()
-    effective = (train_cfg.per_device_train_batch_size * train_cfg.gradient_accumulation_steps
-                 * local * machines)  # fmt: skip
+    effective = (
+        train_cfg.per_device_train_batch_size
+        * train_cfg.gradient_accumulation_steps
+        * local
+        * machines
+    )
     stage = train_cfg.deepspeed if train_cfg.deepspeed in DEEPSPEED_STAGES else None
     # The method, batch and checkpointing are what the search chooses; the rest is the run's.
     base = MemoryRequest.from_configs(
-        model_cfg, data_cfg, train_cfg,
+        model_cfg,
+        data_cfg,
+        train_cfg,
         precision=run_precision(train_cfg.fp16, train_cfg.bf16),
-        use_lora=False, use_8bit=False, use_4bit=False, gradient_checkpointing=False,
+        use_lora=False,
+        use_8bit=False,
+        use_4bit=False,
+        gradient_checkpointing=False,
         per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
-    )  # fmt: skip
+    )
     plan = search(
         base,
         budget,

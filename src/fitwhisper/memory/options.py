@@ -187,9 +187,16 @@ class PlanOptions:
 
 # `fitwhisper plan --help` shows the search's options in a group of their own.
 RECOMMEND_FIELDS = (
-    "gpu_memory", "fit", "effective_batch_size", "margin", "allow_methods", "output",
-    "presets", "readme", "workers",
-)  # fmt: skip
+    "gpu_memory",
+    "fit",
+    "effective_batch_size",
+    "margin",
+    "allow_methods",
+    "output",
+    "presets",
+    "readme",
+    "workers",
+)
 PLAN_FIELDS = tuple(
     f.name for f in dataclasses.fields(PlanOptions) if f.name not in RECOMMEND_FIELDS
 )

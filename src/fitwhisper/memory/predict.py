@@ -226,9 +226,14 @@ def _predict_cached(req: MemoryRequest, config_json: str) -> MemoryPrediction:
     # 1. Exact persistent bytes from the full model on the meta device; they do not depend
     #    on the batch, lengths or checkpointing, so a search over those builds it once.
     static_req = replace(
-        req, per_device_train_batch_size=1, gradient_checkpointing=False, max_audio_len=0.0,
-        max_label_tokens=1, attn_implementation="sdpa", max_grad_norm=None,
-    )  # fmt: skip
+        req,
+        per_device_train_batch_size=1,
+        gradient_checkpointing=False,
+        max_audio_len=0.0,
+        max_label_tokens=1,
+        attn_implementation="sdpa",
+        max_grad_norm=None,
+    )
     static = _static_cached(static_req, config.to_json_string(use_diff=False))
 
     # 2. Trace a step of the same model with at most TRACE_LAYERS layers per stack.

@@ -54,8 +54,12 @@ OPTIMIZERS = ("adamw_torch", "adamw_8bit", "adafactor")  # preferred first
 # The speed proxy (see the module docstring); relative time per clip.
 STEP_OVERHEAD = 0.5  # fixed cost of one forward-backward pass, in clips of compute
 CHECKPOINT_COST = 4 / 3  # one more forward pass per step
-METHOD_COST: dict[Method, float] = {"full": 1.0, "lora": 0.75, "8bit": 0.75 * 1.5,
-                                    "4bit": 0.75 * 1.3}  # fmt: skip
+METHOD_COST: dict[Method, float] = {
+    "full": 1.0,
+    "lora": 0.75,
+    "8bit": 0.75 * 1.5,
+    "4bit": 0.75 * 1.3,
+}
 # GPUs without bf16 (before Ampere): mixed precision is fp16 there.
 FP16_ONLY_GPUS = re.compile(
     r"fp16-only|\b(t4|v100|p100|p40|p4|k80|m60|titan v|titan xp|quadro rtx|rtx 20\d\d|"
@@ -328,8 +332,9 @@ def search(
             )
         return tried[key]
 
-    best = _first_fitting(candidate, predictions, methods, optimizers, world, deepspeed,
-                          batches, usable, notes)  # fmt: skip
+    best = _first_fitting(
+        candidate, predictions, methods, optimizers, world, deepspeed, batches, usable, notes
+    )
     if best is None:
         raise _nothing_fits(base, budget_bytes, usable, margin, tried.values())
     rejected = tuple(
@@ -337,8 +342,13 @@ def search(
         for c in sorted(tried.values(), key=lambda c: (not c.fits, c.relative_time))
         if c is not best
     )
-    key = (best.method, best.optim, best.per_device_train_batch_size,
-           best.gradient_checkpointing, best.strategy)  # fmt: skip
+    key = (
+        best.method,
+        best.optim,
+        best.per_device_train_batch_size,
+        best.gradient_checkpointing,
+        best.strategy,
+    )
     prediction = predictions[key]
     if best.strategy in ("zero2", "zero3") and not deepspeed:
         notes.append(
@@ -407,8 +417,11 @@ def _stages(method: Method, optimizers: tuple[str, ...], world: int, deepspeed: 
         allowed = optimizers[:1] if deepspeed == "zero3_offload" else optimizers
         return [(deepspeed, o) for o in allowed]
     zero = ("zero2", "zero3") if method in ("full", "lora") else ()
-    return [("ddp", optimizers[0]), *((z, optimizers[0]) for z in zero),
-            *(("ddp", o) for o in optimizers[1:])]  # fmt: skip
+    return [
+        ("ddp", optimizers[0]),
+        *((z, optimizers[0]) for z in zero),
+        *(("ddp", o) for o in optimizers[1:]),
+    ]
 
 
 def _stage(strategy: str) -> str | None:
@@ -440,8 +453,9 @@ def _check_search_options(effective_batch_size: int, margin: float) -> None:
         raise ConfigError(f"--margin must be in [0, 1) (got {margin})", hint="e.g. --margin 0.1")
 
 
-def _nothing_fits(base: MemoryRequest, budget_bytes: int, usable: int, margin: float,
-                  tried) -> ConfigError:  # fmt: skip
+def _nothing_fits(
+    base: MemoryRequest, budget_bytes: int, usable: int, margin: float, tried
+) -> ConfigError:
     """The error that names the smallest setting tried and what it needs."""
     smallest = min(tried, key=lambda c: c.predicted_bytes)
     return ConfigError(

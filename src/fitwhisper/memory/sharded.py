@@ -109,8 +109,12 @@ class ShardedPrediction:
     def model_states_bytes(self) -> int:
         """Weights, gradients, optimizer states and the fp32 gradient partition: what
         DeepSpeed's estimators count (less the gathered layer)."""
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.fp32_gradient_bytes)  # fmt: skip
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.fp32_gradient_bytes
+        )
 
     @property
     def overlap_bytes(self) -> int:
@@ -155,15 +159,21 @@ class ShardedPrediction:
             ("gradients", self.gradients_bytes, f"{stored}, {where('gradients')}"),
             ("optimizer states", self.optimizer_bytes, f"{optim_what}, {where('optimizer')}"),
             ("activations", self.activations_bytes, "traced peak, as for one GPU"),
-            ("optimizer step", self.optimizer_step_bytes,
-             "runs on the CPU" if "optimizer" in self.offloaded else step_what),
+            (
+                "optimizer step",
+                self.optimizer_step_bytes,
+                "runs on the CPU" if "optimizer" in self.offloaded else step_what,
+            ),
             ("communication", self.communication_bytes, self.communication),
             ("not live at once", self.overlap_bytes, f"peak is in the {self.peak_phase}"),
             ("peak of tensors", self.peak_tensor_bytes, ""),
             ("CUDA context", self.cuda_context_bytes, "assumed"),
-            ("allocator slack", self.allocator_slack_bytes,
-             f"{ALLOCATOR_SLACK:.0%} of peak, assumed"),
-        ]  # fmt: skip
+            (
+                "allocator slack",
+                self.allocator_slack_bytes,
+                f"{ALLOCATOR_SLACK:.0%} of peak, assumed",
+            ),
+        ]
         nodes = f"{self.num_nodes} nodes x " if self.num_nodes > 1 else ""
         head = s.format_table().split("\n  ")[:2]  # the run's description, two lines
         lines = [
@@ -180,8 +190,11 @@ class ShardedPrediction:
         lines.append(f"  {'total':18} {self.total_bytes / GIB:8.2f}  predicted peak per GPU")
         if self.cpu_bytes_per_node:
             ranks = f"{self.num_gpus} rank{'s' if self.num_gpus > 1 else ''}"
-            what = (f"the larger of its {ranks}' model load copies and the offloaded states"
-                    if self.offloaded else f"its {ranks}' model load copies")  # fmt: skip
+            what = (
+                f"the larger of its {ranks}' model load copies and the offloaded states"
+                if self.offloaded
+                else f"its {ranks}' model load copies"
+            )
             lines.append(
                 f"  {'CPU RAM per node':18} {self.cpu_bytes_per_node / GIB:8.2f}  {what}, "
                 f"x{CPU_BUFFER_FACTOR} DeepSpeed's buffer factor"
@@ -255,8 +268,13 @@ def shard(
 
     # The single-process parts; gradients are the trainable parameters' bytes in their
     # stored dtype (fp32, also under torch mixed precision).
-    W, G, Opt, A, S = (p.weights_bytes, p.gradients_bytes, p.optimizer_bytes,
-                     p.activations_bytes, p.optimizer_step_bytes)  # fmt: skip
+    W, G, Opt, A, S = (
+        p.weights_bytes,
+        p.gradients_bytes,
+        p.optimizer_bytes,
+        p.activations_bytes,
+        p.optimizer_step_bytes,
+    )
     half = ds and r.precision in ("fp16", "bf16")
     if half:  # DeepSpeed's layout: 16-bit model and gradients, fp32 masters in the optimizer
         w, g, o, fp32_grads = W // 2, G // 2, Opt + G, G
@@ -318,28 +336,52 @@ def shard(
     slack = int(ALLOCATOR_SLACK * peak) if cuda else 0
     context = p.cuda_context_bytes
     return ShardedPrediction(
-        single=p, strategy=strategy, num_gpus=num_gpus, num_nodes=num_nodes,
-        weights_bytes=w_r, gradients_bytes=g_r, optimizer_bytes=o_r, activations_bytes=A,
-        optimizer_step_bytes=s_r, communication_bytes=comm, peak_tensor_bytes=peak,
-        peak_phase=phase, cuda_context_bytes=context, allocator_slack_bytes=slack,
-        total_bytes=peak + context + slack, cpu_bytes_per_node=cpu, sharded=sharded,
-        offloaded=offloaded, communication=comm_what, assumptions=assumptions,
-        fp32_gradient_bytes=fp32_r, gathered_bytes=gathered,
-    )  # fmt: skip
+        single=p,
+        strategy=strategy,
+        num_gpus=num_gpus,
+        num_nodes=num_nodes,
+        weights_bytes=w_r,
+        gradients_bytes=g_r,
+        optimizer_bytes=o_r,
+        activations_bytes=A,
+        optimizer_step_bytes=s_r,
+        communication_bytes=comm,
+        peak_tensor_bytes=peak,
+        peak_phase=phase,
+        cuda_context_bytes=context,
+        allocator_slack_bytes=slack,
+        total_bytes=peak + context + slack,
+        cpu_bytes_per_node=cpu,
+        sharded=sharded,
+        offloaded=offloaded,
+        communication=comm_what,
+        assumptions=assumptions,
+        fp32_gradient_bytes=fp32_r,
+        gathered_bytes=gathered,
+    )
 
 
 def _one_process(p: MemoryPrediction) -> ShardedPrediction:
     """One process: the prediction itself."""
     return ShardedPrediction(
-        single=p, strategy="single", num_gpus=1, num_nodes=1,
-        weights_bytes=p.weights_bytes, gradients_bytes=p.gradients_bytes,
-        optimizer_bytes=p.optimizer_bytes, activations_bytes=p.activations_bytes,
-        optimizer_step_bytes=p.optimizer_step_bytes, communication_bytes=0,
-        peak_tensor_bytes=p.peak_tensor_bytes, peak_phase=p.peak_phase,
+        single=p,
+        strategy="single",
+        num_gpus=1,
+        num_nodes=1,
+        weights_bytes=p.weights_bytes,
+        gradients_bytes=p.gradients_bytes,
+        optimizer_bytes=p.optimizer_bytes,
+        activations_bytes=p.activations_bytes,
+        optimizer_step_bytes=p.optimizer_step_bytes,
+        communication_bytes=0,
+        peak_tensor_bytes=p.peak_tensor_bytes,
+        peak_phase=p.peak_phase,
         cuda_context_bytes=p.cuda_context_bytes,
-        allocator_slack_bytes=p.allocator_slack_bytes, total_bytes=p.total_bytes,
-        cpu_bytes_per_node=0, assumptions="one process",
-    )  # fmt: skip
+        allocator_slack_bytes=p.allocator_slack_bytes,
+        total_bytes=p.total_bytes,
+        cpu_bytes_per_node=0,
+        assumptions="one process",
+    )
 
 
 def config_path(value: str) -> Path:
@@ -408,8 +450,14 @@ def _dims(r: MemoryRequest) -> tuple[int, str, int]:
 
     config = whisper_config(r.model)
     # Only the model and its method matter: one meta model per method, not per batch.
-    key = replace(r, per_device_train_batch_size=1, gradient_checkpointing=False,
-                  max_audio_len=0.0, max_label_tokens=1, optim="adamw_torch")  # fmt: skip
+    key = replace(
+        r,
+        per_device_train_batch_size=1,
+        gradient_checkpointing=False,
+        max_audio_len=0.0,
+        max_label_tokens=1,
+        optim="adamw_torch",
+    )
     return _largest_layer(key, config.to_json_string(use_diff=False))
 
 

@@ -262,8 +262,19 @@ def expand_peaks(
                     opt_rel_peak = max(opt_rel_peak, red_live - red_start)
             continue
         for sign, a in by_segment.get(seg, []):
-            for key in _keys(sign, a, label, full, trace, matcher, expanded, layer_counts,
-                             full_index, reduced_index, live_keys):  # fmt: skip
+            for key in _keys(
+                sign,
+                a,
+                label,
+                full,
+                trace,
+                matcher,
+                expanded,
+                layer_counts,
+                full_index,
+                reduced_index,
+                live_keys,
+            ):
                 size = trace.sizes[key[0]] if sign > 0 else live_keys.pop(key)
                 if sign > 0:
                     live_keys[key] = size
@@ -285,8 +296,9 @@ def expand_peaks(
     return Peaks(peak, peak_phase, act_peak, opt_extra)
 
 
-def _full_model_order(segs, expanded: dict[str, bool], layer_counts: dict[str, int],
-                      full_index) -> list[tuple[int, int | None]]:  # fmt: skip
+def _full_model_order(
+    segs, expanded: dict[str, bool], layer_counts: dict[str, int], full_index
+) -> list[tuple[int, int | None]]:
     """The full model's segments in time order, as (trace segment, full layer index or
     None): each traced middle layer stands for every middle layer of its stack, forward in
     order and backward in reverse."""
@@ -313,8 +325,19 @@ def _full_model_order(segs, expanded: dict[str, bool], layer_counts: dict[str, i
     return order
 
 
-def _keys(sign, a, label, full, trace, matcher, expanded, layer_counts, full_index,
-          reduced_index, live_keys) -> Iterator[tuple[int, int | None]]:  # fmt: skip
+def _keys(
+    sign,
+    a,
+    label,
+    full,
+    trace,
+    matcher,
+    expanded,
+    layer_counts,
+    full_index,
+    reduced_index,
+    live_keys,
+) -> Iterator[tuple[int, int | None]]:
     """The allocations of the full model an event of the trace stands for."""
     if sign > 0:
         yield (a, full)

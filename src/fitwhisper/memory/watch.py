@@ -45,7 +45,7 @@ class MemoryWatch(TrainerCallback):
             ", ".join(
                 f"{k.removeprefix('mem_').removesuffix('_mib')} {v:.0f} MiB"
                 for k, v in figures.items()
-            ),  # fmt: skip
+            ),
         )
 
 

@@ -240,7 +240,7 @@ def _options_section(facts: RunFacts) -> list[str]:
             "use_8bit",
             "use_4bit",
             "freeze_encoder",
-        ),  # fmt: skip
+        ),
         "train": (
             "learning_rate",
             "num_train_epochs",
@@ -256,7 +256,7 @@ def _options_section(facts: RunFacts) -> list[str]:
             "pack_clips",
             "augment",
             "deepspeed",
-        ),  # fmt: skip
+        ),
     }
     out = ["## Training options", "", "| option | value |", "|---|---|"]
     for section, names in keys.items():

@@ -202,8 +202,9 @@ class NonFiniteGuard(TrainerCallback):
         if model is not None:
             check_weights(model, "the end of training")
         if self.skipped:
-            log.warning("%d optimizer steps skipped for a non-finite loss or gradient",
-                        self.skipped)  # fmt: skip
+            log.warning(
+                "%d optimizer steps skipped for a non-finite loss or gradient", self.skipped
+            )
 
 
 def check_weights(model: torch.nn.Module, where: str) -> None:

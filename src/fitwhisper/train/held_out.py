@@ -45,10 +45,22 @@ def score_held_out(
         encoder_window=window,
     )
     res = evaluate_model(
-        model, processor, data.eval_ds, [r.text for r in rows], [r.id for r in rows], cfg,
-        collator=data.collator, audio=[audio_file(r) for r in rows],
-    )  # fmt: skip
+        model,
+        processor,
+        data.eval_ds,
+        [r.text for r in rows],
+        [r.id for r in rows],
+        cfg,
+        collator=data.collator,
+        audio=[audio_file(r) for r in rows],
+    )
     res.write(out_dir)
-    log.info("%s %s on %d held-out clips: %.2f%% (%s)", when, res.score.metric.upper(),
-             len(rows), 100 * res.score.normalized, res.score.normalizer)  # fmt: skip
+    log.info(
+        "%s %s on %d held-out clips: %.2f%% (%s)",
+        when,
+        res.score.metric.upper(),
+        len(rows),
+        100 * res.score.normalized,
+        res.score.normalizer,
+    )
     return res

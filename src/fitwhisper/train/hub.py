@@ -23,8 +23,9 @@ def problems(push_to_hub: bool, hub_model_id: str | None) -> list[str]:
     if hub_model_id and not push_to_hub:
         return ["--hub_model_id is only used with --push_to_hub"]
     if push_to_hub and (not hub_model_id or hub_model_id.count("/") != 1):
-        return ["--push_to_hub needs --hub_model_id OWNER/NAME (the Hub repository to create "
-                "or update)"]  # fmt: skip
+        return [
+            "--push_to_hub needs --hub_model_id OWNER/NAME (the Hub repository to create or update)"
+        ]
     return []
 
 
@@ -66,8 +67,13 @@ def push_final(final_dir: Path, hub_model_id: str) -> str | None:
     except Exception as e:
         log.error(
             "upload to the Hub failed (%s: %s); the model is in %s: upload it with "
-            "`hf upload %s %s`", type(e).__name__, e, final_dir, hub_model_id, final_dir,
-        )  # fmt: skip
+            "`hf upload %s %s`",
+            type(e).__name__,
+            e,
+            final_dir,
+            hub_model_id,
+            final_dir,
+        )
         return None
     url = getattr(info, "repo_url", None) or f"https://huggingface.co/{hub_model_id}"
     log.info("pushed %s to %s", final_dir, url)

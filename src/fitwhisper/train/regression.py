@@ -106,7 +106,7 @@ class RegressionGuard:
                 # 30 s windows before and after, whatever the training window (run.py).
                 dataclasses.replace(
                     self.cfg, language=scoring_language(self.rows, language), encoder_window="full"
-                ),  # fmt: skip
+                ),
                 languages=per_row,
                 model_name=name,
                 audio=[audio_file(r) for r in self.rows],

@@ -235,8 +235,9 @@ def train_or_finish(trainer, resume_from: Path | None, n_rows: int) -> tuple[int
         return out.global_step, out.training_loss
     from transformers import TrainerState
 
-    log.info("%s is the run's last step (%d of %d): nothing left to train", resume_from, step,
-             total)  # fmt: skip
+    log.info(
+        "%s is the run's last step (%d of %d): nothing left to train", resume_from, step, total
+    )
     trainer.state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE))
     best = trainer.state.best_model_checkpoint
     use_best = trainer.args.load_best_model_at_end and best and Path(best).is_dir()

@@ -66,8 +66,9 @@ def checked_rows(
     return RunRows(rows["train"], rows["eval"], skipped, durations)
 
 
-def prepare_rows(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig,
-                 processor, rows: RunRows):  # fmt: skip
+def prepare_rows(
+    model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig, processor, rows: RunRows
+):
     """Training and eval rows in the output script and with the language-token strategy,
     rehearsal rows mixed in (counted, their durations measured), and the regression guard
     (None without the option)."""
@@ -82,28 +83,39 @@ def prepare_rows(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainC
     durations = rows.durations
     if data_cfg.rehearsal_manifest:
         # Another manifest: its own columns are found by name, as --bad_rows says.
-        extra = usable_rows(data_cfg.rehearsal_manifest, DataConfig(bad_rows=data_cfg.bad_rows),
-                            processor.tokenizer)  # fmt: skip
-        train_rows, added = mix_rehearsal(train_rows, extra.rows, data_cfg.rehearsal_share,
-                                          train_cfg.seed)  # fmt: skip
+        extra = usable_rows(
+            data_cfg.rehearsal_manifest, DataConfig(bad_rows=data_cfg.bad_rows), processor.tokenizer
+        )
+        train_rows, added = mix_rehearsal(
+            train_rows, extra.rows, data_cfg.rehearsal_share, train_cfg.seed
+        )
         durations = _with_rehearsal_durations(durations, train_rows)
         log.info(
             "rehearsal: %d rows drawn from %d usable of %s (%d skipped) = %.1f%% of %d "
             "training rows",
-            added, len(extra.rows), data_cfg.rehearsal_manifest, len(extra.skipped),
-            100 * added / len(train_rows), len(train_rows),
-        )  # fmt: skip
+            added,
+            len(extra.rows),
+            data_cfg.rehearsal_manifest,
+            len(extra.skipped),
+            100 * added / len(train_rows),
+            len(train_rows),
+        )
     regression = None
     if train_cfg.regression_manifest:
-        reg = usable_rows(train_cfg.regression_manifest, DataConfig(bad_rows=data_cfg.bad_rows),
-                          processor.tokenizer, purpose="scoring")  # fmt: skip
+        reg = usable_rows(
+            train_cfg.regression_manifest,
+            DataConfig(bad_rows=data_cfg.bad_rows),
+            processor.tokenizer,
+            purpose="scoring",
+        )
         if reg.skipped:
             log.warning("regression set: %d rows skipped (--bad_rows skip)", len(reg.skipped))
         scoring = EvalConfig(
-            language=model_cfg.language, task=model_cfg.task,
+            language=model_cfg.language,
+            task=model_cfg.task,
             batch_size=train_cfg.per_device_eval_batch_size,
             generation_max_length=train_cfg.generation_max_length,
-        )  # fmt: skip
+        )
         regression = RegressionGuard(reg.rows, processor, train_cfg.regression_manifest, scoring)
     return RunRows(train_rows, eval_rows, rows.skipped, durations), regression
 
@@ -129,8 +141,10 @@ def option_problems(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: Tra
     from fitwhisper.errors import ConfigError
 
     problems = []
-    for flag, path in (("--rehearsal_manifest", data_cfg.rehearsal_manifest),
-                       ("--regression_manifest", train_cfg.regression_manifest)):  # fmt: skip
+    for flag, path in (
+        ("--rehearsal_manifest", data_cfg.rehearsal_manifest),
+        ("--regression_manifest", train_cfg.regression_manifest),
+    ):
         if path and not Path(path).exists():
             problems.append(f"{flag} {path}: no such file or folder")
     if data_cfg.language_token == "fixed" and not model_cfg.language:

@@ -135,9 +135,14 @@ def _train_in(
     )
     if ranks.is_main():
         record.write_run_record(
-            out, model_cfg, data_cfg, train_cfg, language, manifests=manifests,
+            out,
+            model_cfg,
+            data_cfg,
+            train_cfg,
+            language,
+            manifests=manifests,
             resumed_from=resume_from,
-        )  # fmt: skip
+        )
     if train_cfg.wandb_project:
         os.environ["WANDB_PROJECT"] = train_cfg.wandb_project  # read by Trainer's WandbCallback
     resumed_step = None if resume_from is None else resume.step_of(resume_from)
@@ -151,9 +156,17 @@ def _train_in(
     # in minutes, ranks.py).
     ranks.wait_for_main("scoring the starting weights")
     trainer = setup.trainer(
-        model, processor, data, model_cfg, data_cfg, train_cfg, plan,
-        fingerprint=fingerprint, callbacks=callbacks, resumed_step=resumed_step,
-    )  # fmt: skip
+        model,
+        processor,
+        data,
+        model_cfg,
+        data_cfg,
+        train_cfg,
+        plan,
+        fingerprint=fingerprint,
+        callbacks=callbacks,
+        resumed_step=resumed_step,
+    )
 
     # 7. Train (Trainer restores weights, optimizer, scheduler, RNG and data position when
     #    resuming; a run resumed at its last step only loads that checkpoint) and save a
@@ -302,8 +315,9 @@ def _score_before(model, processor, data, model_cfg, train_cfg, out: Path, plan)
         # Generating with the quantised base before training breaks the bf16 training that
         # follows ("a view of a leaf Variable ... in-place", tests/train/test_quantised_cpu.py);
         # until that is understood, such runs score the held-out clips after training only.
-        log.info("--score_before skipped for an 8-bit/4-bit run; the model card shows no "
-                 "before figure")  # fmt: skip
+        log.info(
+            "--score_before skipped for an 8-bit/4-bit run; the model card shows no before figure"
+        )
         return
     from fitwhisper.train.held_out import score_held_out
 

@@ -46,8 +46,13 @@ def processor(resolved, model_cfg: ModelConfig):
     return load_processor(resolved, **_hub(model_cfg))
 
 
-def model(resolved, model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig,
-          precision: Precision):  # fmt: skip
+def model(
+    resolved,
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    precision: Precision,
+):
     """The model, loaded as the method asks (quantised for 8-bit/4-bit), with language and
     task in its generation config so the saved model transcribes correctly in any pipeline
     without extra arguments; returns it and the language token it prompts with."""
@@ -85,9 +90,16 @@ def prepare(loaded, model_cfg: ModelConfig, train_cfg: TrainConfig):
     return prepare_for_training(loaded, model_cfg, train_cfg)
 
 
-def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConfig,
-             train_cfg: TrainConfig, language: str | None,
-             precision: Precision) -> RunData:  # fmt: skip
+def datasets(
+    rows,
+    processor,
+    loaded,
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    language: str | None,
+    precision: Precision,
+) -> RunData:
     """Datasets that decode audio and make features as batches are drawn; packed windows,
     cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
     from fitwhisper.codeswitch import dataset_language
@@ -113,9 +125,14 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
         once = ranks.main_first("building the encoder cache")
     with once:
         train_ds, train_collator = training_data(
-            train_ds, rows.durations, loaded, collator, train_cfg, language=language,
+            train_ds,
+            rows.durations,
+            loaded,
+            collator,
+            train_cfg,
+            language=language,
             precision=precision,
-        )  # fmt: skip
+        )
     # Each batch names its items, so a diverging step can name its clips (guard.py).
     train_ds, train_collator = tagged(train_ds, train_collator)
     if augmenter is not None:
@@ -125,9 +142,19 @@ def datasets(rows, processor, loaded, model_cfg: ModelConfig, data_cfg: DataConf
     )
 
 
-def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: DataConfig,
-            train_cfg: TrainConfig, plan, *, fingerprint: dict,
-            callbacks: tuple = (), resumed_step: int | None = None):  # fmt: skip
+def trainer(
+    loaded,
+    processor,
+    data: RunData,
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    plan,
+    *,
+    fingerprint: dict,
+    callbacks: tuple = (),
+    resumed_step: int | None = None,
+):
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
     from fitwhisper.evaluate import make_scorer, metrics_fn
@@ -153,8 +180,9 @@ def trainer(loaded, processor, data: RunData, model_cfg: ModelConfig, data_cfg: 
     if has_eval:
         # The plan's metric, so the one logged is the one the best checkpoint is chosen by.
         metric, normalizer = make_scorer(plan.scoring_language)
-        compute_metrics = metrics_fn(processor.tokenizer, [r.text for r in data.eval_rows],
-                                     metric, normalizer)  # fmt: skip
+        compute_metrics = metrics_fn(
+            processor.tokenizer, [r.text for r in data.eval_rows], metric, normalizer
+        )
     # Steps count what the sampler draws: clips, or packed windows of several clips.
     unit = "packed windows" if train_cfg.pack_clips else "training clips"
     if n_windows := getattr(data.train_ds, "n_windows", 0):  # data/mixed_windows.py

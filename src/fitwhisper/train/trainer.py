@@ -120,8 +120,14 @@ def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     from fitwhisper.train.guard import GuardMixin
     from fitwhisper.train.ranks import EvalWithoutRepeatsMixin
 
-    class Trainer(CheckpointMixin, LengthGroupedTrainerMixin, GuardMixin,
-                  EvalWithoutRepeatsMixin, AugmentEpochMixin, BackoffTrainer):  # fmt: skip
+    class Trainer(
+        CheckpointMixin,
+        LengthGroupedTrainerMixin,
+        GuardMixin,
+        EvalWithoutRepeatsMixin,
+        AugmentEpochMixin,
+        BackoffTrainer,
+    ):
         group_by_length = cfg.group_by_duration
 
     Trainer.run_fingerprint = run_fingerprint

@@ -86,10 +86,12 @@ def _manifest_kind_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]
     from fitwhisper.data.manifest import special_file_kind
 
     problems = []
-    for name, path in (("train_manifest", cfg.train_manifest),
-                       ("eval_manifest", cfg.eval_manifest),
-                       ("regression_manifest", cfg.regression_manifest),
-                       ("rehearsal_manifest", data_cfg.rehearsal_manifest)):  # fmt: skip
+    for name, path in (
+        ("train_manifest", cfg.train_manifest),
+        ("eval_manifest", cfg.eval_manifest),
+        ("regression_manifest", cfg.regression_manifest),
+        ("rehearsal_manifest", data_cfg.rehearsal_manifest),
+    ):
         if path and (kind := special_file_kind(Path(path).expanduser())) is not None:
             problems.append(f"--{name} {path} is {kind}, not a manifest file or folder")
     return problems
@@ -147,11 +149,14 @@ def _reporting_problems(cfg: TrainConfig) -> list[str]:
 def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
     from fitwhisper.paths import overlap_problem
 
-    inputs = {"--model": model_cfg.model, "--plan": cfg.plan,
-              "--rehearsal_manifest": data_cfg.rehearsal_manifest} | {
+    inputs = {
+        "--model": model_cfg.model,
+        "--plan": cfg.plan,
+        "--rehearsal_manifest": data_cfg.rehearsal_manifest,
+    } | {
         f"--{name}": getattr(cfg, name)
         for name in ("train_manifest", "eval_manifest", "regression_manifest")
-    }  # fmt: skip
+    }
     why = overlap_problem({"--output_dir": cfg.output_dir}, inputs)
     return [why] if why else []
 

@@ -59,8 +59,10 @@ def settle_window(model, final_dir: Path, score_short, full_score) -> dict[str, 
         short = score_short()
         metric, full_err, short_err = full_score.metric, full_score.normalized, short.normalized
         window = choose(full_err, short_err)
-        why = (f"held-out {metric.upper()} {100 * short_err:.2f}% on the short window, "
-               f"{100 * full_err:.2f}% at 30 s")  # fmt: skip
+        why = (
+            f"held-out {metric.upper()} {100 * short_err:.2f}% on the short window, "
+            f"{100 * full_err:.2f}% at 30 s"
+        )
         metrics = {f"short_window_{metric}": short_err}
         log.info(
             "%s: the model %s at inference (--encoder_window auto; the short window is kept "

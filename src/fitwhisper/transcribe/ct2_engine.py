@@ -72,8 +72,10 @@ class CT2Engine:
         # the across-file batches only, which need one known language and not sequential.
         self.window = window
         if window == "short" and (opts.mode == "sequential" or not self.language):
-            log.warning("the short encoder window needs --language and a --mode other than "
-                        "sequential on the ct2 engine; clips get 30 s windows")  # fmt: skip
+            log.warning(
+                "the short encoder window needs --language and a --mode other than "
+                "sequential on the ct2 engine; clips get 30 s windows"
+            )
             self.window = "full"
         if self.window == "short":
             from fitwhisper.transcribe.ct2_short_window import ShortWindowPipeline
