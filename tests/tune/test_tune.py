@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.conftest import write_tone
 
 from fitwhisper.errors import ConfigError
@@ -178,3 +179,20 @@ def test_the_users_own_options_run_again_after_their_trial_failed(
     trials = _study(out).get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
     assert trials[1].user_attrs.get("baseline") and trials[1].params == trials[0].params
+
+
+def test_the_first_trial_runs_the_users_own_value_outside_the_searched_range(
+    tiny_whisper_dir, manifests, tmp_path
+) -> None:
+    """The baseline is the user's options even where the space leaves them out (before:
+    a learning rate below the range was drawn from it, so the table compared two draws)."""
+    from fitwhisper.cli import main
+
+    out = tmp_path / "study"
+    args = _args(tiny_whisper_dir, manifests, out, "--n_trials", "1")
+    assert main([*args, "--search", "learning_rate=1e-4..1e-3:log"]) == 0
+    (trial,) = _study(out).get_trials()
+    assert trial.user_attrs["baseline"] and "learning_rate" not in trial.params
+    record = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "fitwhisper.yaml").read_text())
+    assert record["train"]["learning_rate"] == 1e-5
+    assert "| 1e-05 |" in (out / "trials.md").read_text()

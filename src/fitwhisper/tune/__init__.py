@@ -66,6 +66,7 @@ def tune(
 
     from fitwhisper.train import ranks
     from fitwhisper.tune.results import keep_best_finals, write_results
+    from fitwhisper.tune.space import own_values
     from fitwhisper.tune.study import (
         COUNTED_STATES,
         counted,
@@ -94,9 +95,12 @@ def tune(
             t.user_attrs.get("baseline") and t.state.name != "FAIL"
             for t in study.get_trials(deepcopy=False)
         ):
+            own = own_values(model_cfg, train_cfg, space)
+            # Optuna records a value outside its range only with a warning: those the trial
+            # takes from the user's options unsampled (trials.Objective), shown from "own".
             study.enqueue_trial(
-                _own_values(model_cfg, train_cfg, space),
-                user_attrs={"baseline": True},
+                {k: v for k, v in own.items() if space[k].contains(v)},
+                user_attrs={"baseline": True, "own": own},
                 skip_if_exists=False,  # a failed one with these values may be there
             )
     settle_stale_trials(study, tune_cfg.heartbeat_s)
@@ -156,21 +160,6 @@ def _check(model_cfg, data_cfg, train_cfg: TrainConfig, world: int) -> None:
         )
     probe = dataclasses.replace(train_cfg, output_dir=str(Path(train_cfg.output_dir) / "trials"))
     validate(model_cfg, data_cfg, probe)
-
-
-def _own_values(model_cfg: ModelConfig, train_cfg: TrainConfig, space) -> dict:
-    """The user's own value of each searched option, where it lies in the space."""
-    from fitwhisper.tune.space import Choice
-
-    values = {}
-    for name, dim in space.items():
-        value = getattr(model_cfg if hasattr(model_cfg, name) else train_cfg, name)
-        if isinstance(dim, Choice):
-            if value in dim.values:
-                values[name] = value
-        elif dim.low <= value <= dim.high:
-            values[name] = int(value) if dim.integer else value
-    return values
 
 
 def _memory_budget(train_cfg: TrainConfig) -> int | None:

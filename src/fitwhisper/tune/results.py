@@ -99,11 +99,15 @@ def trials_table(study) -> str:
     import optuna
 
     trials = study.get_trials(deepcopy=False)
-    names = sorted({k for t in trials for k in t.params})
+    names = sorted(
+        {k for t in trials for k in t.params}
+        | {k for t in trials for k in t.user_attrs.get("own", {})}
+    )
     header = ["trial", "state", "error", *names, "batch x accumulation"]
     rows = []
     order = sorted(trials, key=lambda t: (t.value is None, t.value or 0.0, t.number))
     for t in order:
+        own = t.user_attrs.get("own", {})  # the first trial: the user's options, in or out
         error = f"{100 * t.value:.2f}%" if t.value is not None else _last_report(t)
         batch = t.user_attrs.get("per_device_train_batch_size")
         steps = t.user_attrs.get("gradient_accumulation_steps")
@@ -112,7 +116,7 @@ def trials_table(study) -> str:
                 str(t.number),
                 t.state.name.lower(),
                 error,
-                *(_show(t.params.get(n)) for n in names),
+                *(_show(t.params.get(n, own.get(n))) for n in names),
                 f"{batch} x {steps}" if batch else "",
             ]
         )

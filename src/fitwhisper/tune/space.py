@@ -25,6 +25,10 @@ class Range:
     log: bool = False
     integer: bool = False
 
+    def contains(self, value: Any) -> bool:
+        inside = self.low <= value <= self.high
+        return inside and (not self.integer or float(value).is_integer())
+
     def suggest(self, trial, name: str):
         if self.integer:
             return trial.suggest_int(name, int(self.low), int(self.high), log=self.log)
@@ -44,6 +48,9 @@ class Range:
 @dataclass(frozen=True)
 class Choice:
     values: tuple
+
+    def contains(self, value: Any) -> bool:
+        return value in self.values
 
     def suggest(self, trial, name: str):
         return trial.suggest_categorical(name, list(self.values))
@@ -181,3 +188,14 @@ def describe(space: dict[str, Dimension], fixed: dict[str, Any]) -> str:
     lines = [f"  {name:<20} {dim}" for name, dim in space.items()]
     lines += [f"  {name:<20} {value} (fixed)" for name, value in fixed.items()]
     return "\n".join(lines)
+
+
+def own_values(model_cfg, train_cfg, space: dict[str, Dimension]) -> dict[str, Any]:
+    """The user's own value of each searched option (the study's first trial runs them,
+    inside the space or not)."""
+    values = {}
+    for name, dim in space.items():
+        value = getattr(model_cfg if hasattr(model_cfg, name) else train_cfg, name)
+        integer = isinstance(dim, Range) and dim.integer and dim.contains(value)
+        values[name] = int(value) if integer else value
+    return values

@@ -57,7 +57,12 @@ class Objective:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
         out = trial_dir(self.study_dir, trial.number if first is None else first)
-        sampled = {name: dim.suggest(trial, name) for name, dim in self.space.items()}
+        own = trial.user_attrs.get("own") if trial.user_attrs.get("baseline") else None
+        sampled = {
+            name: dim.suggest(trial, name)
+            for name, dim in self.space.items()
+            if own is None or dim.contains(own[name])  # else the user's own value
+        }
         model_cfg, train_cfg = options_for(
             self.model_cfg, self.train_cfg, sampled | self.fixed, self.explicit
         )
