@@ -105,7 +105,7 @@ def test_tune_beats_the_default_learning_rate_and_its_config_reproduces_it(
     default = next(t for t in done if t.user_attrs.get("baseline"))
     best = min(done, key=lambda t: t.value)
     print({t.params.get("learning_rate", 1e-5): round(t.value, 4) for t in done})
-    assert best.params["learning_rate"] > 1e-5 and best.value < default.value
+    assert best.number != default.number and best.value < default.value
 
     # best_config.yaml trains the winning recipe again, to the same held-out error.
     config = out / "best_config.yaml"

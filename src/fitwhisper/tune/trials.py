@@ -57,11 +57,13 @@ class Objective:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
         out = trial_dir(self.study_dir, trial.number if first is None else first)
-        own = trial.user_attrs.get("own") if trial.user_attrs.get("baseline") else None
+        # The first trial keeps the user's own values that lie outside the space, unsampled.
+        own = trial.user_attrs.get("own", {}) if trial.user_attrs.get("baseline") else {}
+        outside = {n for n, v in own.items() if n in self.space and not self.space[n].contains(v)}
         sampled = {
             name: dim.suggest(trial, name)
             for name, dim in self.space.items()
-            if own is None or dim.contains(own[name])  # else the user's own value
+            if name not in outside
         }
         model_cfg, train_cfg = options_for(
             self.model_cfg, self.train_cfg, sampled | self.fixed, self.explicit
