@@ -84,6 +84,34 @@ def test_output_file_takes_its_format_from_the_suffix(
     assert out.read_text().startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n")
 
 
+def test_threads_hold_while_transcribing_and_are_given_back(
+    tiny_whisper_dir: Path, tmp_path: Path, make_tone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--threads is the engine's: a caller in the same process keeps its own thread count
+    (a test beside it, a training run after it), and generation ran with the one asked for."""
+    import torch
+
+    from fitwhisper.models import short_window
+
+    seen, generate = [], short_window.generate_short
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(short_window, "generate_short", spy)
+    before = torch.get_num_threads()
+    asked = 1 if before != 1 else 2
+    argv = [a if a != "2" else str(asked) for a in FAST]
+    code = main(
+        ["transcribe", "--model", str(tiny_whisper_dir), "--engine", "transformers",
+         str(make_tone(tmp_path / "a.wav", 1.0)), "--output_dir", str(tmp_path / "out"),
+         "--timestamps", "none", *argv]
+    )  # fmt: skip
+    assert code == 0
+    assert seen == [asked] and torch.get_num_threads() == before
+
+
 def test_ct2_engine_runs_an_exported_model_and_writes_scores(
     tiny_whisper_dir: Path, tmp_path: Path, make_tone, capsys: pytest.CaptureFixture[str]
 ) -> None:

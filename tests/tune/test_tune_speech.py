@@ -72,6 +72,12 @@ def test_tune_beats_the_default_learning_rate_and_its_config_reproduces_it(
         "0",
         "--report_to",
         "none",
+        # No evaluations or checkpoints during a trial: pruning is tests/tune/test_tune.py's,
+        # and each costs a generation pass here.
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
         "-q",
     ]
     out = tmp_path / "study"

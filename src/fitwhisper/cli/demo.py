@@ -76,7 +76,7 @@ fitwhisper demo: offline/tiny.en fine-tuned on {r.n_train} generated clips
     fine-tuned  {r.sample_transcript}
   the training run took {r.train_seconds:.0f} s with its scoring; {_saved(r)}
   fine-tuned model    {r.final_dir}  (loads with from_pretrained)
-  predictions         {r.out_dir / "eval-zero-shot"}, {r.out_dir / "run" / "eval"}
+  predictions         {r.out_dir / "run" / "eval" / "before"}, {r.out_dir / "run" / "eval"}
   TensorBoard logs    {r.out_dir / "run" / "logs"}
   took {r.seconds / 60:.1f} min"""
     )

@@ -258,107 +258,150 @@ def shard(
             for (8-bit/4-bit bases; offload with an optimizer other than AdamW).
     """
     check_world(num_gpus, num_nodes, deepspeed)
-    p, r = prediction, prediction.request
+    p = prediction
     world = num_gpus * num_nodes
     strategy = deepspeed or ("ddp" if world > 1 else "single")
     if strategy == "single":
         return _one_process(p)
-    ds = strategy in DEEPSPEED_STAGES
-    _check_planned(strategy, r)
-
-    # The single-process parts; gradients are the trainable parameters' bytes in their
-    # stored dtype (fp32, also under torch mixed precision).
-    W, G, Opt, A, S = (
-        p.weights_bytes,
-        p.gradients_bytes,
-        p.optimizer_bytes,
-        p.activations_bytes,
-        p.optimizer_step_bytes,
-    )
-    half = ds and r.precision in ("fp16", "bf16")
-    if half:  # DeepSpeed's layout: 16-bit model and gradients, fp32 masters in the optimizer
-        w, g, o, fp32_grads = W // 2, G // 2, Opt + G, G
-    else:
-        w, g, o, fp32_grads = W, G, Opt, 0
-    sharded: tuple[str, ...] = ()
-    offloaded: tuple[str, ...] = ()
-    cpu = gathered = fp32_r = 0
+    _check_planned(strategy, p.request)
     if strategy == "ddp":
-        w_r, g_r, o_r, s_r = w, g, o, S
-        comm = G  # bucket storage: a second copy of the gradients
-        comm_what = "gradient buckets (25 MiB each): a copy of all gradients"
-        assumptions = (
-            "DDP with gradient_as_bucket_view off (torch's default); "
-            "CUDA context and allocator slack as for one GPU; NCCL buffers not counted"
-        )
+        lay = _ddp_layout(p)
     else:
-        elem = 2 if half else 4
-        comm, comm_what = _buckets(strategy, _dims(r)[0], elem)
-        g_r, o_r = _div(g, world), _div(o, world)
-        fp32_r = _div(fp32_grads, world)
-        s_r = _div(S, world) + fp32_r
-        w_r = w if strategy == "zero2" else _div(w, world)
-        sharded = ("gradients", "optimizer") + (() if strategy == "zero2" else ("weights",))
-        assumptions = "ZeRO-2 keeps every weight on every GPU (frozen ones too)"
-        if strategy != "zero2":
-            name, n = _dims(r)[1], _dims(r)[2]
-            gathered = 2 * elem * n  # its weights and gradients gathered: estimator's term
-            comm += gathered
-            comm_what += f" + gathered largest layer ({name}, {n / 1e6:.1f}M params)"
-            assumptions = "ZeRO-3 gathers one layer at a time, no prefetch beyond it"
-        load = W * num_gpus  # each rank's whole model, loaded before DeepSpeed takes it
-        offloaded_states = 0
-        if strategy == "zero3_offload":
-            # Weights (frozen too), fp32 masters (a CPU copy in fp32 training too), Adam
-            # states and fp32 gradients on the CPU; on the GPU only the gathered layer and
-            # the gradients passing through the bucket.
-            offloaded_states = _div(w + Opt + 2 * G, world) * num_gpus
-            w_r = g_r = o_r = s_r = fp32_r = 0
-            offloaded = ("weights", "gradients", "optimizer")
-            assumptions += "; weights and optimizer offloaded to CPU"
-        cpu = int(CPU_BUFFER_FACTOR * max(load, offloaded_states))
-        assumptions += (
-            "; activations as traced with torch autocast; CUDA context and allocator slack "
-            "as for one GPU; NCCL buffers not counted"
-        )
-
-    # Peak: the forward/backward holds at most X beyond weights and optimizer states, of
-    # which at most A activations and G gradients; only the gradients shrink with sharding.
-    X = p.peak_tensor_bytes - W - Opt
-    a = min(A, X)
-    g_live = min(G, X - a)
-    fwd_bwd = w_r + o_r + a + (g_live * g_r // G if G else 0) + comm
-    opt = w_r + o_r + g_r + s_r + comm
-    peak, phase = (opt, "optimizer step") if opt > fwd_bwd else (fwd_bwd, "forward/backward")
-    if peak == fwd_bwd and p.peak_phase != "optimizer step":
-        phase = p.peak_phase
-    cuda = r.device == "cuda"
-    slack = int(ALLOCATOR_SLACK * peak) if cuda else 0
-    context = p.cuda_context_bytes
+        lay = _zero_layout(p, strategy, world, num_gpus)
+    peak, phase = _peak(p, lay)
+    slack = int(ALLOCATOR_SLACK * peak) if p.request.device == "cuda" else 0
     return ShardedPrediction(
         single=p,
         strategy=strategy,
         num_gpus=num_gpus,
         num_nodes=num_nodes,
-        weights_bytes=w_r,
-        gradients_bytes=g_r,
-        optimizer_bytes=o_r,
-        activations_bytes=A,
-        optimizer_step_bytes=s_r,
-        communication_bytes=comm,
+        weights_bytes=lay.weights,
+        gradients_bytes=lay.gradients,
+        optimizer_bytes=lay.optimizer,
+        activations_bytes=p.activations_bytes,
+        optimizer_step_bytes=lay.optimizer_step,
+        communication_bytes=lay.communication,
         peak_tensor_bytes=peak,
         peak_phase=phase,
-        cuda_context_bytes=context,
+        cuda_context_bytes=p.cuda_context_bytes,
         allocator_slack_bytes=slack,
-        total_bytes=peak + context + slack,
-        cpu_bytes_per_node=cpu,
+        total_bytes=peak + p.cuda_context_bytes + slack,
+        cpu_bytes_per_node=lay.cpu_per_node,
+        sharded=lay.sharded,
+        offloaded=lay.offloaded,
+        communication=lay.communication_what,
+        assumptions=lay.assumptions,
+        fp32_gradient_bytes=lay.fp32_gradients,
+        gathered_bytes=lay.gathered,
+    )
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What each GPU holds of the run's states under one strategy, and the words for it."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    optimizer_step: int
+    communication: int
+    communication_what: str
+    assumptions: str
+    fp32_gradients: int = 0
+    gathered: int = 0
+    cpu_per_node: int = 0
+    sharded: tuple[str, ...] = ()
+    offloaded: tuple[str, ...] = ()
+
+
+def _ddp_layout(p: MemoryPrediction) -> _Layout:
+    """DDP: every state whole on every GPU, and the gradient buckets a second copy of the
+    gradients (their stored dtype: fp32, also under torch mixed precision)."""
+    return _Layout(
+        weights=p.weights_bytes,
+        gradients=p.gradients_bytes,
+        optimizer=p.optimizer_bytes,
+        optimizer_step=p.optimizer_step_bytes,
+        communication=p.gradients_bytes,
+        communication_what="gradient buckets (25 MiB each): a copy of all gradients",
+        assumptions=(
+            "DDP with gradient_as_bucket_view off (torch's default); "
+            "CUDA context and allocator slack as for one GPU; NCCL buffers not counted"
+        ),
+    )
+
+
+def _zero_layout(p: MemoryPrediction, strategy: str, world: int, num_gpus: int) -> _Layout:
+    """A DeepSpeed ZeRO stage: gradients and optimizer states (and from ZeRO-3 the weights)
+    split over the `world` processes, reduce buckets, and what the CPU holds per node."""
+    r = p.request
+    W, G, Opt, S = p.weights_bytes, p.gradients_bytes, p.optimizer_bytes, p.optimizer_step_bytes
+    half = r.precision in ("fp16", "bf16")
+    if half:  # DeepSpeed's layout: 16-bit model and gradients, fp32 masters in the optimizer
+        w, g, o, fp32_grads = W // 2, G // 2, Opt + G, G
+    else:
+        w, g, o, fp32_grads = W, G, Opt, 0
+    elem = 2 if half else 4
+    comm, comm_what = _buckets(strategy, _dims(r)[0], elem)
+    fp32_r = _div(fp32_grads, world)
+    w_r, g_r, o_r, s_r = w, _div(g, world), _div(o, world), _div(S, world) + fp32_r
+    sharded = ("gradients", "optimizer")
+    assumptions = "ZeRO-2 keeps every weight on every GPU (frozen ones too)"
+    gathered = 0
+    if strategy != "zero2":
+        w_r = _div(w, world)
+        sharded += ("weights",)
+        _, name, n = _dims(r)
+        gathered = 2 * elem * n  # its weights and gradients gathered: estimator's term
+        comm += gathered
+        comm_what += f" + gathered largest layer ({name}, {n / 1e6:.1f}M params)"
+        assumptions = "ZeRO-3 gathers one layer at a time, no prefetch beyond it"
+    load = W * num_gpus  # each rank's whole model, loaded before DeepSpeed takes it
+    offloaded_states = 0
+    offloaded: tuple[str, ...] = ()
+    if strategy == "zero3_offload":
+        # Weights (frozen too), fp32 masters (a CPU copy in fp32 training too), Adam states
+        # and fp32 gradients on the CPU; on the GPU only the gathered layer and the
+        # gradients passing through the bucket.
+        offloaded_states = _div(w + Opt + 2 * G, world) * num_gpus
+        w_r = g_r = o_r = s_r = fp32_r = 0
+        offloaded = ("weights", "gradients", "optimizer")
+        assumptions += "; weights and optimizer offloaded to CPU"
+    assumptions += (
+        "; activations as traced with torch autocast; CUDA context and allocator slack "
+        "as for one GPU; NCCL buffers not counted"
+    )
+    return _Layout(
+        weights=w_r,
+        gradients=g_r,
+        optimizer=o_r,
+        optimizer_step=s_r,
+        communication=comm,
+        communication_what=comm_what,
+        assumptions=assumptions,
+        fp32_gradients=fp32_r,
+        gathered=gathered,
+        cpu_per_node=int(CPU_BUFFER_FACTOR * max(load, offloaded_states)),
         sharded=sharded,
         offloaded=offloaded,
-        communication=comm_what,
-        assumptions=assumptions,
-        fp32_gradient_bytes=fp32_r,
-        gathered_bytes=gathered,
     )
+
+
+def _peak(p: MemoryPrediction, lay: _Layout) -> tuple[int, str]:
+    """The per-GPU peak and its phase. The forward/backward holds at most X beyond weights
+    and optimizer states, of which at most A activations and G gradients; only the
+    gradients shrink with sharding."""
+    W, G, A = p.weights_bytes, p.gradients_bytes, p.activations_bytes
+    X = p.peak_tensor_bytes - W - p.optimizer_bytes
+    a = min(A, X)
+    g_live = min(G, X - a)
+    w, o, g, comm = lay.weights, lay.optimizer, lay.gradients, lay.communication
+    fwd_bwd = w + o + a + (g_live * g // G if G else 0) + comm
+    opt = w + o + g + lay.optimizer_step + comm
+    if opt > fwd_bwd:
+        return opt, "optimizer step"
+    # The single process's own phase name when the forward/backward peaks.
+    return fwd_bwd, p.peak_phase if p.peak_phase != "optimizer step" else "forward/backward"
 
 
 def _one_process(p: MemoryPrediction) -> ShardedPrediction:

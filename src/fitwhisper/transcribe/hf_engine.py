@@ -13,6 +13,7 @@ file's times, and a file without speech is not decoded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -45,6 +46,21 @@ log = logging.getLogger(__name__)
 HF_COMPRESSION_RATIO_THRESHOLD = 1.35
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's CPU threads set to `n` (0: left as they are) for the block, then given back."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if n:
+            torch.set_num_threads(before)
+
+
 class TransformersEngine:
     """Loads the model once; `transcribe` takes a batch of decoded files."""
 
@@ -65,8 +81,8 @@ class TransformersEngine:
                 hint="pass --engine ct2 (fitwhisper exports the model to CTranslate2 once, "
                 "cached), or --timestamps segment",
             )
-        if opts.threads and device == "cpu":
-            torch.set_num_threads(opts.threads)
+        # --threads holds while this engine transcribes, not for the caller's whole process.
+        self.threads = opts.threads if device == "cpu" else 0
         self.opts = opts
         self.device = device
         self.speech_method = speech_method() if opts.vad else None
@@ -103,10 +119,11 @@ class TransformersEngine:
         each file's speech alone is decoded (a file without speech not at all) and the
         segments' times are mapped back onto the file."""
         method = self.speech_method
-        speech = [find_speech(a, method) if method else None for a in audios]
-        todo = [i for i, sp in enumerate(speech) if sp is None or sp.regions]
-        inputs = [audios[i] if speech[i] is None else speech[i].audio(audios[i]) for i in todo]
-        decoded = dict(zip(todo, self._generate(inputs, progress) if todo else [], strict=True))
+        with torch_threads(self.threads):
+            speech = [find_speech(a, method) if method else None for a in audios]
+            todo = [i for i, sp in enumerate(speech) if sp is None or sp.regions]
+            inputs = [audios[i] if speech[i] is None else speech[i].audio(audios[i]) for i in todo]
+            decoded = dict(zip(todo, self._generate(inputs, progress) if todo else [], strict=True))
         if progress:  # the audio skipped as silence is done too
             skipped = sum(len(a) for a in audios) - sum(len(a) for a in inputs)
             progress(skipped / SAMPLE_RATE)
