@@ -41,7 +41,6 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.chinese_script import check_output_script
     from fitwhisper.cli.common_options import CommonOptions
     from fitwhisper.errors import ConfigError
     from fitwhisper.logs import progress_enabled
@@ -60,17 +59,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = build_config(CommonOptions, args).quiet
 
     # 1. Inputs and outputs, checked before any model loads.
-    if not job.audio and not job.audio_list:
-        raise ConfigError("no audio given", hint="pass files or folders, or --audio_list FILE")
-    formats = _formats(job.output_format, job.output_file)
-    _check_outputs(job.output_dir, job.output_file)
-    check_output_script(opts.output_script)
-    if opts.mode == "batched" and not opts.vad:
-        raise ConfigError(
-            "--mode batched cuts files at the pauses voice activity detection finds; it "
-            "cannot run with --no_vad",
-            hint="drop --no_vad, or pass --mode sequential to decode every window",
-        )
+    formats = _checked_formats(job, opts)
     files, problems = collect_inputs(job.audio, job.audio_list)
     for problem in problems:
         print(problem.format(), file=sys.stderr)
@@ -149,6 +138,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"transcribed {ok} files; {failed} failed (see above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _checked_formats(job: TranscribeJob, opts: TranscribeOptions) -> list[str]:
+    """The output formats, once every option that needs no input file or model is checked."""
+    from fitwhisper.chinese_script import check_output_script
+    from fitwhisper.errors import ConfigError
+
+    if not job.audio and not job.audio_list:
+        raise ConfigError("no audio given", hint="pass files or folders, or --audio_list FILE")
+    formats = _formats(job.output_format, job.output_file)
+    _check_outputs(job.output_dir, job.output_file)
+    check_output_script(opts.output_script)
+    if opts.mode == "batched" and not opts.vad:
+        raise ConfigError(
+            "--mode batched cuts files at the pauses voice activity detection finds; it "
+            "cannot run with --no_vad",
+            hint="drop --no_vad, or pass --mode sequential to decode every window",
+        )
+    return formats
 
 
 def _print_transcripts(files: list[Path], done: dict, formats: list[str]) -> None:

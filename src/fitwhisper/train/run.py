@@ -97,8 +97,6 @@ def _train_in(
     callbacks: tuple,
 ) -> TrainResult:
     """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
-    from transformers import set_seed
-
     from fitwhisper.train import ranks, record, resume, rows, run_plan, setup
 
     # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
@@ -121,17 +119,10 @@ def _train_in(
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
     # With the held-out rows' languages known, the plan is whole (run_plan.py).
     plan = run_plan.decided(choices, model_cfg, train_cfg, run_rows.eval, out)
-    precision = plan.precision
 
-    # 5. Model (the method decides how it loads and what trains); --seed also fixes the
-    #    LoRA adapters' random start (Trainer seeds only after this).
-    model, language = setup.model(resolved, model_cfg, data_cfg, train_cfg, precision)
-    set_seed(train_cfg.seed)
-    model = setup.prepare(model, model_cfg, train_cfg)
-
-    # 6. Datasets decode audio and make features as batches are drawn; Trainer.
-    data = setup.datasets(
-        run_rows, processor, model, model_cfg, data_cfg, train_cfg, language, precision
+    # 5-6. Model and datasets; then the Trainer.
+    model, language, data = _model_and_data(
+        resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, plan.precision
     )
     if ranks.is_main():
         record.write_run_record(
@@ -148,13 +139,7 @@ def _train_in(
     resumed_step = None if resume_from is None else resume.step_of(resume_from)
     if not ranks.is_main():
         regression = None  # scored by the main process alone, before and after
-    if regression is not None:
-        regression.score_before(model)  # the starting weights (Trainer loads a checkpoint later)
-    if ranks.is_main():
-        _score_before(model, processor, data, model_cfg, train_cfg, out, plan)
-    # The others wait for that here, not in the Trainer's first collective (which gives up
-    # in minutes, ranks.py).
-    ranks.wait_for_main("scoring the starting weights")
+    _score_starting_weights(model, processor, data, model_cfg, train_cfg, out, plan, regression)
     trainer = setup.trainer(
         model,
         processor,
@@ -184,16 +169,7 @@ def _train_in(
             trainer, processor, data, model_cfg, train_cfg, out, regression, plan
         )
     if ranks.is_main():
-        from fitwhisper.models.card import write_run_card
-
-        write_run_card(out, final_dir)  # README.md: the Hub's model card, from the run's files
-        from fitwhisper.report import report_quietly
-
-        report_quietly(out)  # RUN/report.html; a failure is a warning, never the run's
-        if train_cfg.push_to_hub:
-            from fitwhisper.train.hub import push_final
-
-            push_final(final_dir, train_cfg.hub_model_id)
+        _publish(out, final_dir, train_cfg)
     best = trainer.state.best_model_checkpoint
     return TrainResult(
         output_dir=out,
@@ -209,6 +185,53 @@ def _train_in(
         skipped_steps=trainer.nonfinite_guard.skipped,
         metric=plan.metric,
     )
+
+
+def _model_and_data(resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, precision):
+    """The model (the method decides how it loads and what trains; --seed also fixes the
+    LoRA adapters' random start, as Trainer seeds only after this), its language, and the
+    datasets, which decode audio and make features as batches are drawn."""
+    from transformers import set_seed
+
+    from fitwhisper.train import setup
+
+    model, language = setup.model(resolved, model_cfg, data_cfg, train_cfg, precision)
+    set_seed(train_cfg.seed)
+    model = setup.prepare(model, model_cfg, train_cfg)
+    data = setup.datasets(
+        run_rows, processor, model, model_cfg, data_cfg, train_cfg, language, precision
+    )
+    return model, language, data
+
+
+def _score_starting_weights(
+    model, processor, data, model_cfg, train_cfg, out: Path, plan, regression
+) -> None:
+    """The regression set and the held-out clips with the starting weights, by the main
+    process (Trainer loads a resumed checkpoint later); the others wait for it here, not in
+    the Trainer's first collective (which gives up in minutes, ranks.py)."""
+    from fitwhisper.train import ranks
+
+    if regression is not None:
+        regression.score_before(model)
+    if ranks.is_main():
+        _score_before(model, processor, data, model_cfg, train_cfg, out, plan)
+    ranks.wait_for_main("scoring the starting weights")
+
+
+def _publish(out: Path, final_dir: Path, train_cfg: TrainConfig) -> None:
+    """What the main process writes from a finished run: the model card (README.md, from
+    the run's files), RUN/report.html (a failure is a warning, never the run's), and
+    final/ on the Hub with --push_to_hub."""
+    from fitwhisper.models.card import write_run_card
+    from fitwhisper.report import report_quietly
+
+    write_run_card(out, final_dir)
+    report_quietly(out)
+    if train_cfg.push_to_hub:
+        from fitwhisper.train.hub import push_final
+
+        push_final(final_dir, train_cfg.hub_model_id)
 
 
 def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
