@@ -27,6 +27,10 @@ Recipes, each trained on the same clips with the same seed, epochs and batch of 
   fc2, r 32, alpha 64, dropout 0.05, lr 1e-3 with warm-up (10% of the steps here; it ships
   50 steps), 30 s input, no augmentation; through fitwhisper's own LoRA path.
 
+`--recipes` also measures fitwhisper's LoRA defaults (`--use_lora` alone: the method's
+recipe, lr 1e-3, fitwhisper/recipes.py) and the same at full fine-tuning's lr 1e-5:
+    PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,lora-1e-5,lora-defaults
+
 Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
 the model) on the held-out clips. Differences are paired by clip, with the 95% interval of a
 paired bootstrap (fitwhisper.report.stats.paired_bootstrap).
@@ -227,7 +231,21 @@ RECIPES = {
     "defaults": "fitwhisper's defaults",
     "standard": "standard recipe: full, lr 1e-5, 30 s padding, no augmentation",
     "lora": "LoRA as Whisper-Finetune ships it: q,k,v,out,fc1,fc2 r 32, lr 1e-3, warm-up",
+    "lora-defaults": "fitwhisper's LoRA defaults (`--use_lora`, nothing else: lr 1e-3)",
+    "lora-1e-5": "fitwhisper's LoRA defaults with `--learning_rate 1e-5` (full's rate)",
 }
+# The four rows a plain run measures; --recipes names others.
+DEFAULT_RECIPES = ("zero-shot", "defaults", "standard", "lora")
+# What `fitwhisper train` is given beyond the model, data, epochs and seed.
+TRAIN_OPTIONS = {
+    "defaults": [],
+    "lora": LORA_OPTIONS,
+    "lora-defaults": ["--use_lora"],
+    "lora-1e-5": ["--use_lora", "--learning_rate", "1e-5"],
+}
+# Pairs compared in the notes beside the table's two columns: (recipe, the row it is
+# measured against).
+PAIRS = (("lora-defaults", "lora-1e-5"),)
 
 
 @dataclass
@@ -407,7 +425,7 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
     )
     max_steps = 1 if a.quick else None
     outcomes = []
-    for key in RECIPES:
+    for key in a.recipes:
         print(f"[{ds.key}] {key} ...", flush=True)
         t0 = time.perf_counter()
         out = folder / key
@@ -418,9 +436,8 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, STANDARD_NOTE
         else:
-            options = LORA_OPTIONS if key == "lora" else []
             model, loop_s, run_s, applied = train_fitwhisper(
-                ds, train_m, out, a.epochs, a.seed, max_steps, options
+                ds, train_m, out, a.epochs, a.seed, max_steps, TRAIN_OPTIONS[key]
             )
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, applied
@@ -502,6 +519,11 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
         "",
     ]
     notes += [f"- {RECIPES[o.key]}: {o.note}." for o in outcomes if o.note]
+    for key, ref in PAIRS:
+        if key in by_key and ref in by_key:
+            notes.append(
+                f"- {RECIPES[key]} minus {RECIPES[ref]}: {versus(by_key[key], ref)} points."
+            )
     return "\n".join(notes)
 
 
@@ -542,9 +564,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="2 training and 2 held-out speakers, 1 clip each, 1 step a recipe.",
     )
+    ap.add_argument(
+        "--recipes",
+        default=",".join(DEFAULT_RECIPES),
+        help=f"Comma-separated rows to measure, of: {', '.join(RECIPES)} (default: "
+        f"{','.join(DEFAULT_RECIPES)}).",
+    )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
     ap.add_argument("--work", default=None, help="Keep runs here (default: a temp folder).")
     a = ap.parse_args(argv)
+    a.recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
+    if unknown := [r for r in a.recipes if r not in RECIPES]:
+        ap.error(f"--recipes: unknown {', '.join(unknown)}; choose from {', '.join(RECIPES)}")
     if a.quick:
         a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 1
     if a.clips_per_speaker is not None and a.clips_per_speaker < 1:

@@ -9,7 +9,7 @@ Layers, lowest first (a unit may import its own modules and any lower layer):
     0  errors, logs, config, precision, method,    ground: no fitwhisper imports above
        option_ranges
     1  scoring, codeswitch, paths, folder_lock
-    2  chinese_script, models
+    2  chinese_script, models, recipes                recipes: defaults by method (config)
     3  data, memory
     4  evaluate, transcribe, report                   report reads the files they write
     5  train, export
@@ -44,7 +44,7 @@ LAYERS = {
     ),
     "config": 1,  # re-exports eval_config's EvalConfig
     **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock"), 1),
-    **dict.fromkeys(("chinese_script", "models"), 2),
+    **dict.fromkeys(("chinese_script", "models", "recipes"), 2),
     **dict.fromkeys(("data", "memory"), 3),
     **dict.fromkeys(("evaluate", "transcribe", "report"), 4),
     **dict.fromkeys(("train", "export"), 5),

@@ -7,7 +7,8 @@ module imports a layer above its own (tests/test_package_shape.py):
 - ground: `errors` (user errors with hints), `logs`, `config` (the option dataclasses
   every flag comes from; `eval_config` holds the scoring ones, `tune_config` the
   search's), `option_ranges` (the values each option takes, declared on its field),
-  `precision` (fp32, fp16 or bf16 for a run), `method` (full, LoRA, 8-bit, 4-bit)
+  `precision` (fp32, fp16 or bf16 for a run), `method` (full, LoRA, 8-bit, 4-bit);
+  `recipes` (the defaults that depend on the method, chosen by measurement)
 - `paths` (output folders checked before the work, never over an input; storage
   failures told as such), `folder_lock` (one command per output folder)
 - text: `scoring` (normalisers, WER/CER/MER), `codeswitch` (language tokens),

@@ -302,7 +302,15 @@ class TrainConfig:
             "per-device batch x accumulation x processes.",
         },
     )
-    learning_rate: float = field(default=1e-5, metadata={"above": 0, "help": "Peak learning rate."})
+    learning_rate: float = field(
+        default=1e-5,
+        metadata={
+            "above": 0,
+            "help": "Peak learning rate. Left out: 1e-5 for full fine-tuning, 1e-3 for LoRA "
+            "(also on an 8-bit or 4-bit base), as the method's recipe gives it (recipes.py); "
+            "RUN/run_plan.json says which applied.",
+        },
+    )
     weight_decay: float = field(default=0.0, metadata={"min": 0, "help": "AdamW weight decay."})
     optim: Literal["adamw_torch", "adamw_8bit", "adafactor"] = field(
         default="adamw_torch",

@@ -101,3 +101,27 @@ def test_a_run_on_zh_rows_without_language_selects_on_the_cer_it_logs(
     assert not any("eval_wer" in e for e in state["log_history"])
     assert state["best_model_checkpoint"] is not None
     assert json.loads((out / "eval" / "metrics.json").read_text())["metric"] == "cer"
+
+
+def _lr(model_cfg: ModelConfig, train_cfg: TrainConfig, explicit: set[str] | None):
+    _, resolved, choices = resolve_options(model_cfg, DataConfig(), train_cfg, explicit)
+    return resolved.learning_rate, choices.why["learning_rate"]
+
+
+def test_a_learning_rate_left_out_is_the_methods_and_one_given_always_wins() -> None:
+    base = "offline/base"
+    lr, why = _lr(ModelConfig(model=base, use_lora=True), TrainConfig(), set())
+    assert lr == 1e-3 and "LoRA's default" in why
+    # A quantised base trains LoRA adapters: LoRA's recipe.
+    assert _lr(ModelConfig(model=base, use_8bit=True), TrainConfig(), set())[0] == 1e-3
+    lr, why = _lr(ModelConfig(model=base), TrainConfig(), set())
+    assert lr == 1e-5 and "full fine-tuning" in why
+    # Given on the command line or in a config file, even full fine-tuning's value: kept.
+    lr, why = _lr(ModelConfig(model=base, use_lora=True), TrainConfig(), {"learning_rate"})
+    assert (lr, why) == (1e-5, "--learning_rate as given")
+    # A library call (no record of what was given): a value other than the default is given.
+    assert (
+        _lr(ModelConfig(model=base, use_lora=True), TrainConfig(learning_rate=2e-4), None)[0]
+        == 2e-4
+    )
+    assert _lr(ModelConfig(model=base, use_lora=True), TrainConfig(), None)[0] == 1e-3

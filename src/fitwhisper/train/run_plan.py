@@ -21,6 +21,7 @@ from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
 from fitwhisper.method import METHOD_NAMES, Method, method_of
 from fitwhisper.precision import Precision, run_precision
+from fitwhisper.recipes import with_recipe
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,14 @@ def resolve_options(
     train_cfg: TrainConfig,
     explicit: set[str] | None,
 ) -> tuple[ModelConfig, TrainConfig, OptionChoices]:
-    """The options with the memory plan, the model preset and the method applied and
-    --encoder_input auto answered; and what was chosen, with reasons."""
+    """The options with the memory plan, the model preset, the method and its recipe
+    (recipes.py: the defaults that depend on it) applied and --encoder_input auto
+    answered; and what was chosen, with reasons."""
     why: dict[str, str] = {}
     model_cfg, train_cfg = _apply_memory_plan(model_cfg, data_cfg, train_cfg, explicit, why)
     model_cfg = _apply_method(model_cfg, why)
+    train_cfg, reasons = with_recipe(model_cfg, train_cfg, explicit)
+    why |= reasons
     train_cfg = _resolve_encoder_input(model_cfg, train_cfg, why)
     precision = run_precision(train_cfg.fp16, train_cfg.bf16)
     asked = train_cfg.fp16 is not None or train_cfg.bf16 is not None

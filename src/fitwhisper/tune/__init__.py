@@ -64,6 +64,7 @@ def tune(
     """
     import optuna
 
+    from fitwhisper.recipes import RECIPE_OPTIONS, with_recipe
     from fitwhisper.train import ranks
     from fitwhisper.tune.results import keep_best_finals, write_results
     from fitwhisper.tune.space import own_values
@@ -78,8 +79,11 @@ def tune(
     from fitwhisper.tune.trials import Objective
 
     _check(model_cfg, data_cfg, train_cfg, ranks.world_size())
+    # The method's recipe first (recipes.py), as `train` applies it: the baseline trial is
+    # what `train` would run; its values are settled for every trial.
+    train_cfg, _ = with_recipe(model_cfg, train_cfg, explicit)
+    explicit = set(explicit or ()) | set(RECIPE_OPTIONS)
     space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
-    explicit = set(explicit or ())
     study_dir = Path(train_cfg.output_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     # Optuna logs a failed trial with its traceback; the error itself reaches the user as

@@ -1,0 +1,53 @@
+"""Defaults that depend on the training method, chosen by measurement: one home for them.
+
+A `train` option the user left alone takes the value the method's recipe gives; an option
+given on the command line, in a config file or (from a library call) changed from its
+dataclass default always wins. `train` applies the recipe once, in its run plan
+(train/run_plan.py), which records which value applied and why; `tune` applies it before
+its first trial, so the study's baseline is what `train` would run.
+
+    full   learning rate 1e-5 (the dataclass default: the Hugging Face blog's, and the
+           standard recipe's in bench/RESULTS-quality.md)
+    LoRA   learning rate 1e-3 (also on 8-bit and 4-bit bases): adapters start at zero and
+           hold a small share of the weights, and at 1e-5 they barely move
+
+The measurements are in bench/RESULTS-quality.md (`bench/quality.py --recipes ...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fitwhisper.config import ModelConfig, TrainConfig
+from fitwhisper.method import method_of
+
+LORA_LEARNING_RATE = 1e-3
+FULL_LEARNING_RATE = TrainConfig.learning_rate
+# The options a recipe decides when the user leaves them alone.
+RECIPE_OPTIONS = ("learning_rate",)
+
+
+def given(name: str, cfg, explicit: set[str] | None) -> bool:
+    """Whether the user chose option `name` of `cfg`: named in `explicit` (the flags and
+    config-file keys), or with `explicit` None (a library call) changed from its default."""
+    if explicit is not None:
+        return name in explicit
+    return getattr(cfg, name) != getattr(type(cfg)(), name)
+
+
+def with_recipe(
+    model_cfg: ModelConfig, train_cfg: TrainConfig, explicit: set[str] | None
+) -> tuple[TrainConfig, dict[str, str]]:
+    """`train_cfg` with the method's defaults for the options the user left alone, and the
+    reason for each (for the run plan's `why`)."""
+    if given("learning_rate", train_cfg, explicit):
+        return train_cfg, {"learning_rate": "--learning_rate as given"}
+    if method_of(model_cfg) == "full":
+        return train_cfg, {"learning_rate": f"full fine-tuning's default {FULL_LEARNING_RATE:g}"}
+    reason = (
+        f"LoRA's default {LORA_LEARNING_RATE:g} (no --learning_rate): adapters start at zero "
+        "and barely move at full fine-tuning's 1e-5 (bench/RESULTS-quality.md)"
+    )
+    return dataclasses.replace(train_cfg, learning_rate=LORA_LEARNING_RATE), {
+        "learning_rate": reason
+    }
