@@ -169,7 +169,7 @@ class ModelConfig:
             "help": "Train LoRA adapters (PEFT) instead of the whole model: the base weights stay "
             "frozen and the run saves only the adapter (`fitwhisper merge` makes a full model "
             "of it). Turned on by --use_8bit and --use_4bit. LoRA wants a higher "
-            "--learning_rate than full fine-tuning (1e-4 to 1e-3)."
+            "--learning_rate than full fine-tuning: without one it trains at 1e-3."
         },
     )
     lora_r: int = field(
@@ -306,9 +306,9 @@ class TrainConfig:
         default=1e-5,
         metadata={
             "above": 0,
-            "help": "Peak learning rate. Left out: 1e-5 for full fine-tuning, 1e-3 for LoRA "
-            "(also on an 8-bit or 4-bit base), as the method's recipe gives it (recipes.py); "
-            "RUN/run_plan.json says which applied.",
+            "shown_default": "1e-5 for full fine-tuning, 1e-3 for LoRA (also on an 8-bit or "
+            "4-bit base): the method's recipe, recipes.py",
+            "help": "Peak learning rate; RUN/run_plan.json says which applied.",
         },
     )
     weight_decay: float = field(default=0.0, metadata={"min": 0, "help": "AdamW weight decay."})

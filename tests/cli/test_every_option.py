@@ -129,6 +129,9 @@ WORK = [
     ("fitwhisper.models.resolve", "load_model"),
     ("fitwhisper.models.resolve", "load_processor"),
     ("fitwhisper.models.ct2_import", "import_ct2"),
+    # search binds predict_memory at its import: patched (and so restored) there too, and
+    # before predict's, or a first import here would keep the stand-in for later tests.
+    ("fitwhisper.memory.search", "predict_memory"),
     ("fitwhisper.memory.predict", "predict_memory"),
     ("fitwhisper.memory.presets", "presets_markdown"),
     ("fitwhisper.demo.run", "run_demo"),

@@ -130,7 +130,8 @@ def _add_valued(group, f, flags, common, kind, choices, optional, default, help_
             **common,
         )
         return
-    shown = "none" if default is None else default
+    # "shown_default": words for a default that depends on other options (recipes.py).
+    shown = meta.get("shown_default", "none" if default is None else default)
     if kind in (int, float) and not choices:  # the values it takes, as build_config checks
         from fitwhisper.option_ranges import BOUNDS, describe
 
