@@ -27,12 +27,17 @@ FULL_LEARNING_RATE = TrainConfig.learning_rate
 RECIPE_OPTIONS = ("learning_rate",)
 
 
-def given(name: str, cfg, explicit: set[str] | None) -> bool:
-    """Whether the user chose option `name` of `cfg`: named in `explicit` (the flags and
-    config-file keys), or with `explicit` None (a library call) changed from its default."""
+def options_given(cfgs, explicit: set[str] | None) -> set[str]:
+    """The options the user chose: `explicit` (the flags and config-file keys) when known,
+    else (a library call) the fields of `cfgs` that differ from their dataclass defaults.
+    The one home of this rule: the memory plan and the recipe both read it."""
     if explicit is not None:
-        return name in explicit
-    return getattr(cfg, name) != getattr(type(cfg)(), name)
+        return set(explicit)
+    chosen: set[str] = set()
+    for cfg in cfgs:
+        defaults = dataclasses.asdict(type(cfg)())
+        chosen |= {k for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}
+    return chosen
 
 
 def with_recipe(
@@ -40,7 +45,7 @@ def with_recipe(
 ) -> tuple[TrainConfig, dict[str, str]]:
     """`train_cfg` with the method's defaults for the options the user left alone, and the
     reason for each (for the run plan's `why`)."""
-    if given("learning_rate", train_cfg, explicit):
+    if "learning_rate" in options_given((train_cfg,), explicit):
         return train_cfg, {"learning_rate": "--learning_rate as given"}
     if method_of(model_cfg) == "full":
         return train_cfg, {"learning_rate": f"full fine-tuning's default {FULL_LEARNING_RATE:g}"}

@@ -21,7 +21,7 @@ from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
 from fitwhisper.method import METHOD_NAMES, Method, method_of
 from fitwhisper.precision import Precision, run_precision
-from fitwhisper.recipes import with_recipe
+from fitwhisper.recipes import options_given, with_recipe
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def resolve_options(
     (recipes.py: the defaults that depend on it) applied and --encoder_input auto
     answered; and what was chosen, with reasons."""
     why: dict[str, str] = {}
+    explicit = options_given((model_cfg, data_cfg, train_cfg), explicit)
     model_cfg, train_cfg = _apply_memory_plan(model_cfg, data_cfg, train_cfg, explicit, why)
     model_cfg = _apply_method(model_cfg, why)
     train_cfg, reasons = with_recipe(model_cfg, train_cfg, explicit)
@@ -177,7 +178,7 @@ def _apply_memory_plan(
     model_cfg: ModelConfig,
     data_cfg: DataConfig,
     train_cfg: TrainConfig,
-    explicit: set[str] | None,
+    explicit: set[str],
     why: dict[str, str],
 ) -> tuple[ModelConfig, TrainConfig]:
     """`--plan FILE` or `--auto_fit` written over the options (memory/fit.py)."""
@@ -185,11 +186,6 @@ def _apply_memory_plan(
         return model_cfg, train_cfg
     from fitwhisper.memory.fit import resolve_plan
 
-    if explicit is None:  # a library call: what differs from the defaults was chosen
-        explicit = set()
-        for cfg in (model_cfg, data_cfg, train_cfg):
-            defaults = dataclasses.asdict(type(cfg)())
-            explicit |= {k for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}
     why["memory"] = f"--plan {train_cfg.plan}" if train_cfg.plan else "--auto_fit"
     return resolve_plan(model_cfg, data_cfg, train_cfg, explicit)
 
