@@ -30,9 +30,13 @@ def test_sentences_are_deterministic_for_a_seed() -> None:
 def test_demo_lowers_held_out_wer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fitwhisper.cli import main
 
-    # One pass over the clips instead of the demo's two: half the training, and the held-out
-    # WER still falls far (measured: 46.7% -> 0.5%).
-    code = main(["demo", "--output_dir", str(tmp_path / "demo"), "--num_train_epochs", "1", "-q"])
+    # One pass over 96 training clips and 24 held-out ones instead of the demo's two over
+    # 240 and 48: a fifth of the training, and the held-out WER still falls far (measured:
+    # 44.2% -> 5.3%; at the demo's defaults 46.7% -> 0.5%).
+    code = main(
+        ["demo", "--output_dir", str(tmp_path / "demo"), "--num_train_epochs", "1",
+         "--train_clips", "96", "--eval_clips", "24", "-q"]
+    )  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert "before fine-tuning" in out and "after fine-tuning" in out
@@ -46,6 +50,6 @@ def test_demo_lowers_held_out_wer(tmp_path: Path, capsys: pytest.CaptureFixture[
     run = tmp_path / "demo" / "run"
     before = json.loads((run / "eval" / "before" / "metrics.json").read_text())
     after = json.loads((run / "eval" / "metrics.json").read_text())
-    assert before["n_utterances"] == after["n_utterances"] == 48
+    assert before["n_utterances"] == after["n_utterances"] == 24
     assert after["wer"] < before["wer"]
     assert (tmp_path / "demo" / "run" / "final" / "config.json").is_file()

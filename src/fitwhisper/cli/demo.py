@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.demo import DEFAULT_N_EVAL, DEFAULT_N_TRAIN
 from fitwhisper.option_ranges import SEED
 
 
@@ -24,6 +25,20 @@ class DemoOptions:
         metadata={
             "help": "Train the decoder only, on 30 s windows (a frozen encoder cannot learn "
             "the short window the default trains on): about 3.5x slower per step on a CPU."
+        },
+    )
+    train_clips: int = field(
+        default=DEFAULT_N_TRAIN,
+        metadata={
+            "min": 1,
+            "help": "Clips spoken for training: fewer make a quicker demo that learns less.",
+        },
+    )
+    eval_clips: int = field(
+        default=DEFAULT_N_EVAL,
+        metadata={
+            "min": 1,
+            "help": "Held-out clips (sentences never trained on), scored before and after.",
         },
     )
     learning_rate: float = field(default=1e-4, metadata={"above": 0, "help": "Peak learning rate."})
@@ -63,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         num_train_epochs=opts.num_train_epochs,
         learning_rate=opts.learning_rate,
         freeze_encoder=opts.freeze_encoder,
+        n_train=opts.train_clips,
+        n_eval=opts.eval_clips,
         seed=opts.seed,
     )
     print(

