@@ -233,6 +233,8 @@ RECIPES = {
     "lora": "LoRA as Whisper-Finetune ships it: q,k,v,out,fc1,fc2 r 32, lr 1e-3, warm-up",
     "lora-defaults": "fitwhisper's LoRA defaults (`--use_lora`, nothing else: lr 1e-3)",
     "lora-1e-5": "fitwhisper's LoRA defaults with `--learning_rate 1e-5` (full's rate)",
+    "full-3.75e-5": "fitwhisper's defaults with `--learning_rate 3.75e-5` (tiny's pretraining "
+    "rate 1.5e-3 / 40)",
 }
 # The four rows a plain run measures; --recipes names others.
 DEFAULT_RECIPES = ("zero-shot", "defaults", "standard", "lora")
@@ -242,10 +244,11 @@ TRAIN_OPTIONS = {
     "lora": LORA_OPTIONS,
     "lora-defaults": ["--use_lora"],
     "lora-1e-5": ["--use_lora", "--learning_rate", "1e-5"],
+    "full-3.75e-5": ["--learning_rate", "3.75e-5"],
 }
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
 # measured against).
-PAIRS = (("lora-defaults", "lora-1e-5"),)
+PAIRS = (("lora-defaults", "lora-1e-5"), ("full-3.75e-5", "defaults"))
 
 
 @dataclass
