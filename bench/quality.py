@@ -233,6 +233,8 @@ RECIPES = {
     "lora": "LoRA as Whisper-Finetune ships it: q,k,v,out,fc1,fc2 r 32, lr 1e-3, warm-up",
     "lora-defaults": "fitwhisper's LoRA defaults (`--use_lora`, nothing else: lr 1e-3)",
     "lora-1e-5": "fitwhisper's LoRA defaults with `--learning_rate 1e-5` (full's rate)",
+    "lora-3e-4": "fitwhisper's LoRA defaults with `--learning_rate 3e-4`",
+    "lora-3e-3": "fitwhisper's LoRA defaults with `--learning_rate 3e-3`",
     "full-3.75e-5": "fitwhisper's defaults with `--learning_rate 3.75e-5` (tiny's pretraining "
     "rate 1.5e-3 / 40)",
 }
@@ -244,11 +246,18 @@ TRAIN_OPTIONS = {
     "lora": LORA_OPTIONS,
     "lora-defaults": ["--use_lora"],
     "lora-1e-5": ["--use_lora", "--learning_rate", "1e-5"],
+    "lora-3e-4": ["--use_lora", "--learning_rate", "3e-4"],
+    "lora-3e-3": ["--use_lora", "--learning_rate", "3e-3"],
     "full-3.75e-5": ["--learning_rate", "3.75e-5"],
 }
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
 # measured against).
-PAIRS = (("lora-defaults", "lora-1e-5"), ("full-3.75e-5", "defaults"))
+PAIRS = (
+    ("lora-defaults", "lora-1e-5"),
+    ("lora-3e-4", "lora-defaults"),
+    ("lora-3e-3", "lora-defaults"),
+    ("full-3.75e-5", "defaults"),
+)
 
 
 @dataclass
