@@ -26,11 +26,18 @@ TOLERANCE = 1e-4  # fp32 graphs against fp32 eager torch; seen: about 4e-5 on ti
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, tiny_whisper_dir, tiny_multilingual_dir):
-    """name -> (source folder, ONNX folder, paths written) for both tiny random models."""
+    """name -> (source folder, ONNX folder, paths written) for both tiny random models.
+
+    The English one takes the large-model path (weights in `<graph>.onnx.data`, threshold 0
+    here), so every test on it also runs through external data; the multilingual one keeps
+    its weights inside the graphs."""
     out = {}
     for name, src in (("english", tiny_whisper_dir), ("multilingual", tiny_multilingual_dir)):
         dest = tmp_path_factory.mktemp(f"onnx-{name}")
-        out[name] = (src, dest, write_onnx(src, dest))
+        with pytest.MonkeyPatch.context() as patch:
+            if name == "english":
+                patch.setattr(onnx_format, "EXTERNAL_DATA_BYTES", 0)
+            out[name] = (src, dest, write_onnx(src, dest))
     return out
 
 
@@ -226,18 +233,19 @@ def test_not_a_whisper_model_is_a_config_error(tmp_path, tiny_whisper_dir):
         write_onnx(tiny_whisper_dir, dest)
 
 
-def test_large_models_keep_weights_in_external_data(tmp_path, monkeypatch, tiny_whisper_dir):
-    """Past the threshold (1.5 GiB; 0 here) each graph's weights go to `<graph>.onnx.data`,
-    which onnxruntime finds next to the graph: large-v3's 6 GB take this path."""
-    monkeypatch.setattr(onnx_format, "EXTERNAL_DATA_BYTES", 0)
-    written = write_onnx(tiny_whisper_dir, tmp_path)
+def test_large_models_keep_weights_in_external_data(exported):
+    """Past the threshold (1.5 GiB; 0 for the English export) each graph's weights go to
+    `<graph>.onnx.data`, which onnxruntime finds next to the graph: large-v3's 6 GB take
+    this path."""
+    src, dest, written = exported["english"]
     names = {p.name for p in written}
+    assert names == {p.name for p in dest.iterdir()}
     for graph in onnx_format.GRAPH_FILES:
         assert graph + ".data" in names
-        assert (tmp_path / graph).stat().st_size < 1_000_000  # the weights are not inside
+        assert (dest / graph).stat().st_size < 1_000_000  # the weights are not inside
     clips = _noise_clips()[:2]
-    got = transcribe_onnx(tmp_path, clips, language=None, max_new_tokens=10)
-    assert [g["text"] for g in got] == _generate(tiny_whisper_dir, clips, max_new_tokens=10)
+    got = transcribe_onnx(dest, clips, language=None, max_new_tokens=10)
+    assert [g["text"] for g in got] == _generate(src, clips, max_new_tokens=10)
 
 
 # --- slow: real weights on real speech ------------------------------------------------------

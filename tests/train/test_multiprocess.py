@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from tests.conftest import write_tone
 
 import fitwhisper
@@ -89,6 +90,20 @@ def _run(cmd: list[str], hang_after_s: int = HANG_AFTER_S) -> subprocess.Complet
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
+def _one_process(args: list[str]) -> None:
+    """A one-process run, here rather than in a fresh interpreter (which spends about 5 s
+    importing torch and transformers first), on the one torch thread each launched rank
+    gets (OMP_NUM_THREADS=1 in `_run`)."""
+    from fitwhisper.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(args) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _ok(cmd: list[str]) -> str:
     done = _run(cmd)
     assert done.returncode == 0, done.stdout[-4000:]
@@ -122,7 +137,7 @@ def one_process(tiny_whisper_dir, clips, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "one"
     args = _train_args(tiny_whisper_dir, clips, out, "--gradient_accumulation_steps", "2",
                        *_eval_args(clips))  # fmt: skip
-    _ok([sys.executable, "-m", "fitwhisper", *args])
+    _one_process(args)
     return out
 
 
@@ -235,7 +250,7 @@ def test_grouped_and_packed_batches_are_dealt_out_per_rank(
     one, two = tmp_path / "one", tmp_path / "two"
     extra = (batching, "--language", "en")
     accumulated = _train_args(tiny_multilingual_dir, clips, one, *extra)
-    _ok([sys.executable, "-m", "fitwhisper", *accumulated, "--gradient_accumulation_steps", "2"])
+    _one_process([*accumulated, "--gradient_accumulation_steps", "2"])
     _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_multilingual_dir, clips, two, *extra)))
     losses = _losses(one)
     assert len(losses) == 4
@@ -251,7 +266,7 @@ def test_the_encoder_cache_is_built_once_and_read_by_both_ranks(
     one, two = tmp_path / "one", tmp_path / "two"
     extra = ("--freeze_encoder", "--cache_encoder_outputs")
     accumulated = _train_args(tiny_whisper_dir, clips, one, *extra)
-    _ok([sys.executable, "-m", "fitwhisper", *accumulated, "--gradient_accumulation_steps", "2"])
+    _one_process([*accumulated, "--gradient_accumulation_steps", "2"])
     _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, two, *extra)))
     cache = two / "encoder_cache"
     assert sorted(p.name for p in cache.iterdir()) == ["hidden.npy", "key.json", "labels.json"]
@@ -268,7 +283,7 @@ def test_lora_in_bf16_on_two_processes_trains_like_one(tiny_whisper_dir, clips, 
     extra = ("--use_lora", "--lora_r", "4", "--bf16", "--max_steps", "2")
     one, two = tmp_path / "one", tmp_path / "two"
     accumulated = _train_args(tiny_whisper_dir, clips, one, *extra)
-    _ok([sys.executable, "-m", "fitwhisper", *accumulated, "--gradient_accumulation_steps", "2"])
+    _one_process([*accumulated, "--gradient_accumulation_steps", "2"])
     log = _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_whisper_dir, clips, two, *extra)))
     assert "find_unused_parameters=True was specified in DDP constructor" not in log
     # bf16 rounds the two runs' slightly different fp32 sums differently, and by how much
