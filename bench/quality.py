@@ -253,6 +253,7 @@ TRAIN_OPTIONS = {
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
 # measured against).
 PAIRS = (
+    ("lora-defaults", "defaults"),
     ("lora-defaults", "lora-1e-5"),
     ("lora-3e-4", "lora-defaults"),
     ("lora-3e-3", "lora-defaults"),

@@ -166,3 +166,14 @@ def mandarin_lora(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     from tests.shared_runs import train_mandarin_lora
 
     return train_mandarin_lora(shared_data, tmp_path_factory.mktemp("mandarin-lora"))
+
+
+@pytest.fixture(scope="session")
+def mandarin_lora_exports(mandarin_lora, shared_data: Path, tmp_path_factory):
+    """That run exported to every format with re-scoring, and merged (tests/shared_runs.py):
+    the export acceptance test reads the report, the ONNX tests the graphs and the merged
+    source."""
+    from tests.shared_runs import export_mandarin_lora
+
+    root = tmp_path_factory.mktemp("mandarin-exports")
+    return export_mandarin_lora(mandarin_lora, shared_data, root)

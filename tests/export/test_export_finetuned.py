@@ -9,17 +9,12 @@ engine's."""
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pytest
-
-from fitwhisper.cli import main
+from tests.shared_runs import EXPORT_FORMATS
 
 pytestmark = pytest.mark.slow
 
-# ggml stays f16 (see cli/export.py); t2s: base writes either script, as evaluate's docs say.
-SCORING = ["--quantization", "float32", "--opencc", "t2s"]
 # The engines that run the export's own fp32 weights read these 12 sentences as the source
 # does (measured: +0.00 on 12, 24 and 74 sentences, for this LoRA run and for a full
 # fine-tune). f16 whisper.cpp rounds the weights of a model that hesitates: -0.70 points on
@@ -28,22 +23,6 @@ SCORING = ["--quantization", "float32", "--opencc", "t2s"]
 # far more than 2 points; each engine also transcribes the 59 s long file, and every 12 more
 # sentences cost this test a minute.
 TOLERANCE = {"ggml": 0.02}
-
-
-def _sentences(shared_data: Path, start: int, n: int, path: Path) -> Path:
-    """n AISHELL sentences from the start-th on, leaving out those with spelled-out Latin
-    letters ("H A N N A H"): they send offline/base into a repetition loop whose length
-    differs between engines by chance (measured: 223 characters in one engine, 17 in
-    another, on the same clip), which scores the loop, not the conversion."""
-    folder = shared_data / "aishell-s0150"
-    rows = [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines()]
-    sentences = [r for r in rows if r["kind"] == "sentence"][start:]
-    picked = [r for r in sentences if not re.search("[A-Za-z]", r["text"])][:n]
-    path.write_text("".join(
-        json.dumps({"audio": str(folder / r["audio"]), "text": r["text"]}, ensure_ascii=False)
-        + "\n" for r in picked
-    ))  # fmt: skip
-    return path
 
 
 def _check(report: dict, formats: list[str], *, language: str) -> None:
@@ -66,35 +45,22 @@ def _check(report: dict, formats: list[str], *, language: str) -> None:
         assert abs(r["long_file"][m] - report["source"]["long_file"][m]) <= 0.05, fmt
 
 
-def _export(model: Path, out: Path, formats: list[str], manifest: Path) -> dict:
-    """`fitwhisper export` with re-scoring and no --language: each engine must take Mandarin
-    from what the export carries."""
-    code = main(
-        ["export", str(model), str(out), "--format", ",".join(formats), *SCORING,
-         "--manifest", str(manifest)]
-    )  # fmt: skip
-    assert code == 0
-    return json.loads((out / "export_report.json").read_text())
-
-
 def test_a_mandarin_lora_run_runs_in_every_engine_as_its_source(
-    mandarin_lora, shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mandarin_lora, mandarin_lora_exports, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The session's Mandarin LoRA run (tests/shared_runs.py), exported from its adapter
-    folder with no manual merge: the adapter is merged once, before any format is written
-    (export/formats.py), and every engine reads the merged weights."""
+    folder with no manual merge and no --language: the adapter is merged once, before any
+    format is written (export/formats.py), every engine reads the merged weights and must
+    take Mandarin from what the export carries."""
     from huggingface_hub import ModelCard
 
-    final = mandarin_lora.run / "final"
-    assert (final / "adapter_config.json").is_file()  # an adapter, not a full model
-    held_out = _sentences(shared_data, 300, 12, tmp_path / "held_out.jsonl")
-    formats = ["ct2", "ggml", "onnx", "openai"]
-    report = _export(final, tmp_path / "exports", formats, held_out)
+    assert (mandarin_lora.run / "final" / "adapter_config.json").is_file()  # not a full model
+    exports = mandarin_lora_exports
     with capsys.disabled():
-        print(f"\n{capsys.readouterr().out}")
-        _check(report, formats, language="zh")
+        print()
+        _check(exports.report, list(EXPORT_FORMATS), language="zh")
     # The model card came from the run (its metrics) and got the export table.
-    card = ModelCard.load(tmp_path / "exports" / "onnx" / "README.md")
+    card = ModelCard.load(exports.folder / "onnx" / "README.md")
     metrics = json.loads((mandarin_lora.run / "eval" / "metrics.json").read_text())
     assert card.data.eval_results[0].metric_value == round(100 * metrics["cer"], 2)
     assert card.data.language == ["zh"] and "| ggml | whisper.cpp" in card.text

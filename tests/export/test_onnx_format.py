@@ -1,6 +1,6 @@
 """ONNX export: the graphs' numbers against transformers' on tiny random models (fast), and
 (slow) greedy transcripts identical to transformers' generate on real speech with the real
-tiny.en and base weights."""
+tiny.en weights and a Mandarin fine-tune of base."""
 
 from __future__ import annotations
 
@@ -287,20 +287,10 @@ def test_tiny_en_digits_equal_transformers(tmp_path, shared_data):
 
 
 @pytest.fixture(scope="module")
-def base_zh(tmp_path_factory) -> tuple[Path, Path]:
-    """offline/base saved with generation_config.language "zh" (a Mandarin fine-tune's
-    record), and its export."""
-    from fitwhisper.models.resolve import resolve_model
-
-    src = tmp_path_factory.mktemp("base-zh")
-    shutil.copytree(resolve_model("offline/base").path_or_id, src, dirs_exist_ok=True)
-    gen_file = src / "generation_config.json"
-    gen = json.loads(gen_file.read_text())
-    gen.update(language="zh", task="transcribe")
-    gen_file.write_text(json.dumps(gen, indent=2))
-    dest = tmp_path_factory.mktemp("base-zh-onnx")
-    write_onnx(src, dest)
-    return src, dest
+def base_zh(mandarin_lora_exports) -> tuple[Path, Path]:
+    """A Mandarin fine-tune of offline/base (the session's LoRA run, merged: its record says
+    zh) and its ONNX export by `fitwhisper export` (tests/shared_runs.py)."""
+    return mandarin_lora_exports.merged, mandarin_lora_exports.folder / "onnx"
 
 
 def _aishell(shared_data: Path, n: int) -> list[np.ndarray]:

@@ -288,6 +288,23 @@ def test_under_deepspeed_the_engines_gradient_norm_is_judged(
     assert e.value.message.startswith("training diverged at step 1: the gradient is not finite")
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None])
+def test_weights_of_mixed_dtypes_and_empty_partitions_are_judged_as_a_whole(bad) -> None:
+    """An empty ZeRO-3 partition beside bf16 and fp32 weights: one bad element anywhere is
+    found, and the largest finite float32 is not mistaken for an overflow."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).bfloat16())
+    model[0].bias.ds_tensor = torch.empty(0)
+    with torch.no_grad():
+        model[0].weight.fill_(torch.finfo(torch.float32).max)
+        if bad is not None:
+            model[1].weight[1, 0] = bad
+    if bad is None:
+        check_weights(model, "step 1")
+        return
+    with pytest.raises(DivergenceError, match=r"first: 1\.weight"):
+        check_weights(model, "step 1")
+
+
 def test_zero3_weights_are_checked_in_each_ranks_partition() -> None:
     """ZeRO-3 empties each parameter and keeps this rank's share in `ds_tensor`."""
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))

@@ -87,6 +87,15 @@ def test_training_lowers_loss_and_writes_a_complete_run(
     # final/ (the Hub's format) carries the run's own figures.
     before = json.loads((out / "eval" / "before" / "metrics.json").read_text())
     assert before["metric"] == "wer" and before["n_utterances"] == 6
+    # ...named as scored, with `fitwhisper evaluate`'s figure for the starting weights (tests
+    # that need a zero-shot score read this one instead of evaluating again).
+    from fitwhisper.evaluate import evaluate_manifest
+
+    assert (before["model"], before["manifest"]) == (str(tiny_whisper_dir), str(tone_manifest))
+    zero_shot = evaluate_manifest(
+        str(tiny_whisper_dir), tone_manifest, generation_max_length=16, batch_size=6
+    ).metrics()
+    assert (before["wer"], before["wer_raw"]) == (zero_shot["wer"], zero_shot["wer_raw"])
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(result.final_dir / "README.md")

