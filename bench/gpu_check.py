@@ -41,6 +41,7 @@ TAIL_LINES = 6
 LABEL_TOKENS = 128  # planner steps: labels per clip (30 s inputs: 3000 mel frames)
 PLANNER_MODELS = ("tiny", "base", "small", "large-v3", "large-v3-turbo")
 PLANNER_MIN_S = 45  # the planner step gets what is left of the budget, at least this
+STEP_MIN_S = 10  # a step offered less than this is not started: it could not finish
 OOM_CLIPS_BATCH = 16  # the OOM step's first batch; its memory cap fits a batch of 2
 
 
@@ -287,7 +288,7 @@ def _run_step(step: Step, ctx: Context, timeout_s: float) -> Result:
     if why:
         print(f"\n== {step.name} rc=- SKIPPED ({why})", flush=True)
         return Result(step.name, "SKIPPED", None, 0.0, why)
-    if timeout_s < 10:
+    if timeout_s < STEP_MIN_S:
         why = "no time left in the budget"
         print(f"\n== {step.name} rc=- FAIL ({why})", flush=True)
         return Result(step.name, "FAIL", None, 0.0, why)

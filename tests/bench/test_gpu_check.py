@@ -114,7 +114,7 @@ def test_gpu_wheels_bring_their_own_requirements():
     assert checked >= 10
 
 
-def test_a_step_past_its_timeout_is_ended_and_fails(tmp_path):
+def test_a_step_past_its_timeout_is_ended_and_fails(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
     gpu_check = importlib.util.module_from_spec(spec)
     sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
@@ -122,7 +122,12 @@ def test_a_step_past_its_timeout_is_ended_and_fails(tmp_path):
     # A shell that starts a child and waits: the whole process group must go.
     step = gpu_check.Step("hang", 60, lambda c: ["bash", "-c", "sleep 60 & wait"])
     ctx = gpu_check.Context(work=tmp_path, cuda=False)
-    result = gpu_check._run_step(step, ctx, timeout_s=10)
+    monkeypatch.setattr(gpu_check, "STEP_MIN_S", 1)  # the hang, not the floor, is tested
+    result = gpu_check._run_step(step, ctx, timeout_s=2)
     assert (result.status, result.rc) == ("FAIL", 124)
     assert result.seconds < 30
-    assert result.why == "timed out after 10 s (a hang is a finding)"
+    assert result.why == "timed out after 2 s (a hang is a finding)"
+    # Less time than a step needs: not started at all.
+    monkeypatch.setattr(gpu_check, "STEP_MIN_S", 10)
+    result = gpu_check._run_step(step, ctx, timeout_s=9)
+    assert (result.status, result.rc, result.why) == ("FAIL", None, "no time left in the budget")

@@ -164,12 +164,23 @@ def test_kill_during_rotation_always_resumes_to_the_uninterrupted_losses(
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
     }
     # Kill at the first rotation (step 4 removing checkpoint-2, marker first): just after
-    # its marker went, midway through its files, and before the empty folder goes.
-    for moment in (2, per_checkpoint // 2, per_checkpoint):
+    # its marker went, midway through its files, and before the empty folder goes. The three
+    # runs start together (each spends seconds importing on one core); each resumes after.
+    moments = (2, per_checkpoint // 2, per_checkpoint)
+    runs = {
+        moment: subprocess.Popen(
+            [sys.executable, str(KILLER), str(moment), *argv(tmp_path / f"killed-at-{moment}")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for moment in moments
+    }
+    stderr = {moment: run.communicate(timeout=600)[1] for moment, run in runs.items()}
+    for moment, killed in runs.items():
         out = tmp_path / f"killed-at-{moment}"
-        cmd = [sys.executable, str(KILLER), str(moment), *argv(out)]
-        killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        assert killed.returncode == -9, f"moment {moment}: not killed\n{killed.stderr}"
+        assert killed.returncode == -9, f"moment {moment}: not killed\n{stderr[moment]}"
         assert not (out / "final").exists()
         whole = [step_of(c) for c in checkpoints(out) if is_complete(c)]
         assert whole == [4], f"moment {moment}: whole checkpoints {whole}"  # 2 is a husk
