@@ -36,15 +36,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+_BACKGROUND: dict = {}  # node id -> tests.background.Started
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Every module the suite imports is loaded by now and lives to the end of the session:
     # keep the collector from walking those objects again at each gc.collect(), which
     # accelerate and fitwhisper call at the start and end of every training run.
     gc.freeze()
+    from tests import background
+
+    _BACKGROUND.update(background.start({item.nodeid for item in session.items}))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     gc.unfreeze()  # collected as usual at exit (bindings report objects never freed)
+    from tests import background
+
+    background.stop(_BACKGROUND)
+
+
+@pytest.fixture
+def background_result(request: pytest.FixtureRequest):
+    """The output of this test's background job (tests/background.py), or None where the
+    job was not started (the test then computes it itself)."""
+    started = _BACKGROUND.get(request.node.nodeid)
+    return started.result if started else None
 
 
 @pytest.hookimpl(wrapper=True)
