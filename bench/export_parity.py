@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-sys.path.insert(0, str(REPO))  # tests.test_finetune_digits builds the digit strings
+sys.path.insert(0, str(REPO))  # tests.digit_strings builds the digit strings
 
 
 def aishell_manifest(folder: Path, n: int = 24) -> Path:
@@ -50,7 +50,7 @@ def aishell_manifest(folder: Path, n: int = 24) -> Path:
 
 
 def digits_manifest(folder: Path) -> Path:
-    from tests.test_finetune_digits import make_digit_strings
+    from tests.digit_strings import make_digit_strings
 
     return make_digit_strings(SHARED / "fsdd-train", folder / "digits", n_train=1,
                               n_eval=16).eval_manifest  # fmt: skip

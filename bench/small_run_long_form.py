@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv[:cut])
     extra = argv[cut + 1 :]
     sys.path.insert(0, str(REPO))
+    from tests.digit_strings import make_digit_strings
     from tests.test_default_training_windows import _held_out, _long_file, _train
-    from tests.test_finetune_digits import make_digit_strings
 
     work = Path(a.work)
     data = make_digit_strings(REPO.parent / "shared" / "data" / "fsdd-train", work / "digits",

@@ -1,7 +1,7 @@
 """Acceptance (issue 15): LoRA on an 8-bit and on a 4-bit base of the real tiny.en, trained
 on this CPU (bitsandbytes' CPU backend), lowers WER on held-out digit strings of real
 English speech; the 4-bit adapter then merges into a full model that transcribes. The
-task and data are test_finetune_digits.py's; the zero-shot score is taken once."""
+task and data are tests/digit_strings.py's; the zero-shot score is taken once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.test_finetune_digits import DigitStrings, make_digit_strings
+from tests.digit_strings import DigitStrings, make_digit_strings
 
 pytestmark = pytest.mark.slow
 

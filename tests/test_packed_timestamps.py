@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.test_finetune_digits import make_digit_strings
+from tests.digit_strings import make_digit_strings
 
 pytestmark = pytest.mark.slow
 
