@@ -131,7 +131,7 @@ def test_killed_run_resumes_to_the_losses_of_an_uninterrupted_run(
     tone_manifest: Path,
     tmp_path: Path,
     sampling: tuple[str, ...],
-    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     env = {
         **os.environ,
@@ -169,8 +169,9 @@ def test_killed_run_resumes_to_the_losses_of_an_uninterrupted_run(
     (partial / "model.safetensors").write_bytes(b"\0" * 100)
 
     # 2. The same command with --resume continues from the newest complete checkpoint.
+    capsys.readouterr()
     assert main(argv(killed, "--resume")) == 0
-    assert f"skipping {partial}: incomplete" in caplog.text
+    assert f"skipping {partial}: incomplete" in capsys.readouterr().err
     state = json.loads((killed / "trainer_state.json").read_text())
     assert state["global_step"] == 8
 
