@@ -129,13 +129,15 @@ def test_model_folder_without_weights_is_refused_and_no_run_folder_is_made(
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    ("extra", "written"),
-    [(("--save_strategy", "steps"), "checkpoint-2"), (("--save_strategy", "no"), "final.partial")],
-    ids=["checkpoint", "final"],
-)
+# Where a full disk strikes: (options, the folder being written).
+FULL_DISK_CASES = {
+    "checkpoint": (("--save_strategy", "steps"), "checkpoint-2"),
+    "final": (("--save_strategy", "no"), "final.partial"),
+}
+
+
 def test_a_full_disk_while_saving_is_one_paragraph_and_leaves_no_half_written_folder(
-    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, extra, written
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path
 ) -> None:
     # A file-size limit makes every write past 1 MB fail as a full disk does (EFBIG, the
     # same path through safetensors and torch.save as ENOSPC).
@@ -145,19 +147,25 @@ def test_a_full_disk_while_saving_is_one_paragraph_and_leaves_no_half_written_fo
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    out = tmp_path / "run"
-    argv = _argv(tiny_whisper_dir, tone_manifest, out, *extra)
-    done = subprocess.run(
-        [sys.executable, "-m", "fitwhisper", *argv],
-        env=ENV, capture_output=True, text=True, preexec_fn=limit_file_size, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    assert f"error: could not write {out / written}: " in done.stderr
-    assert "(is the disk full?)" in done.stderr
-    assert "--resume from its last whole checkpoint" in done.stderr
-    assert not (out / written).exists()  # of no use, and its room is needed
-    assert not (out / "final").exists()
+    # Both cases run at once: each process spends seconds importing on one core.
+    runs = {}
+    for case, (extra, _) in FULL_DISK_CASES.items():
+        argv = _argv(tiny_whisper_dir, tone_manifest, tmp_path / case, *extra)
+        runs[case] = subprocess.Popen(
+            [sys.executable, "-m", "fitwhisper", *argv],
+            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=limit_file_size,
+        )  # fmt: skip
+    stderr = {case: run.communicate(timeout=600)[1] for case, run in runs.items()}
+    for case, (_, written) in FULL_DISK_CASES.items():
+        out, err = tmp_path / case, stderr[case]
+        assert runs[case].returncode == 1, (case, err)
+        assert "Traceback" not in err, case
+        assert f"error: could not write {out / written}: " in err, (case, err)
+        assert "(is the disk full?)" in err, case
+        assert "--resume from its last whole checkpoint" in err, case
+        assert not (out / written).exists(), case  # of no use, and its room is needed
+        assert not (out / "final").exists(), case
 
 
 def test_run_folder_made_for_a_run_that_failed_at_once_is_removed(tmp_path: Path) -> None:
