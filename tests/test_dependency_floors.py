@@ -22,6 +22,7 @@ def test_torch_floor_has_what_the_code_uses() -> None:
 
     assert _floor("torch") >= (2, 6)
     assert hasattr(torch, "OutOfMemoryError")
+    assert hasattr(torch.nn.utils, "get_total_norm")  # 2.6+: the divergence guard's check
 
 
 def test_torch_floor_is_what_transformers_asks_for() -> None:
