@@ -61,7 +61,7 @@ def train_mandarin_lora(shared_data: Path, root: Path) -> MandarinLora:
         ),
     )
     # The run scored the starting weights on the same clips (RUN/eval/before/, the figure
-    # `fitwhisper evaluate offline/base` gives: tests/evaluate checks the two agree).
+    # `fitwhisper evaluate offline/base` gives: tests/train/test_train.py checks they agree).
     zero_shot = json.loads((result.output_dir / "eval" / "before" / "metrics.json").read_text())
     assert (zero_shot["model"], zero_shot["manifest"]) == ("offline/base", str(held_out))
     return MandarinLora(result.output_dir, held_out, zero_shot, result)
