@@ -224,7 +224,7 @@ def test_transformers_fills_every_auto_value_from_the_runs_flags(
         weight_decay=0.01,
     )
     try:
-        args = training_arguments(cfg, "bf16", has_eval=False)
+        args = training_arguments(cfg, "bf16", optim=cfg.optim, has_eval=False)
         hf = args.hf_deepspeed_config
         hf.trainer_config_finalize(args, _ModelStub(WhisperConfig(d_model=64)), 40)
         config = hf.config

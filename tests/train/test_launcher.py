@@ -59,7 +59,9 @@ def test_ddp_searches_for_unused_parameters_only_when_layerdrop_skips_layers(
     from fitwhisper.train.trainer import training_arguments
 
     cfg = TrainConfig(output_dir=str(tmp_path / "run"))
-    args = training_arguments(cfg, "fp32", has_eval=False, skips_layers=skips_layers)
+    args = training_arguments(
+        cfg, "fp32", optim=cfg.optim, has_eval=False, skips_layers=skips_layers
+    )
     assert args.ddp_find_unused_parameters is skips_layers
 
 

@@ -17,12 +17,12 @@ from fitwhisper.precision import run_precision
 from fitwhisper.train.run_plan import decide, resolve_options
 
 
-def _plan(eval_languages: list[str | None], **train):
+def _plan(eval_languages: list[str | None], *, fsdp=False, cuda=False, **train):
     model_cfg, train_cfg, choices = resolve_options(
         ModelConfig(model="offline/base"), DataConfig(), TrainConfig(**train), explicit=set()
     )
     rows = [SimpleNamespace(language=lang) for lang in eval_languages]
-    return decide(choices, model_cfg, train_cfg, eval_rows=rows, world_size=1, fsdp=False)
+    return decide(choices, model_cfg, train_cfg, eval_rows=rows, world_size=1, fsdp=fsdp, cuda=cuda)
 
 
 def test_rows_tagged_zh_without_language_are_scored_and_selected_by_cer() -> None:
@@ -49,6 +49,18 @@ def test_a_best_model_metric_other_than_the_rows_metric_is_refused() -> None:
     )
 
 
+def test_adamw_on_the_cpu_takes_torchs_fused_kernel_and_nothing_else_changes() -> None:
+    plan = _plan([None])
+    assert plan.optimizer == "adamw_torch_fused" and "CPU" in plan.why["optimizer"]
+    # On a GPU torch already takes its foreach kernels; DeepSpeed and FSDP own the
+    # optimizer; other optimizers are what was asked.
+    assert _plan([None], cuda=True).optimizer == "adamw_torch"
+    assert _plan([None], fsdp=True).optimizer == "adamw_torch"
+    assert _plan([None], deepspeed="zero2").optimizer == "adamw_torch"
+    assert _plan([None], optim="adafactor").optimizer == "adafactor"
+    assert "optimizer" not in _plan([None], cuda=True).why
+
+
 def test_the_options_decide_encoder_input_and_method_with_reasons() -> None:
     _, train_cfg, choices = resolve_options(
         ModelConfig(model="offline/base", use_4bit=True, freeze_encoder=True),
@@ -68,6 +80,8 @@ def test_a_run_on_zh_rows_without_language_selects_on_the_cer_it_logs(
     """Before the plan, the Trainer looked for eval_wer (from --language, unset) while the
     held-out clips were scored by CER (their own column): the run failed at its first
     evaluation."""
+    import torch
+
     from fitwhisper.cli import main
 
     rows = []
@@ -101,6 +115,10 @@ def test_a_run_on_zh_rows_without_language_selects_on_the_cer_it_logs(
     assert not any("eval_wer" in e for e in state["log_history"])
     assert state["best_model_checkpoint"] is not None
     assert json.loads((out / "eval" / "metrics.json").read_text())["metric"] == "cer"
+    # The optimizer the plan chose on the CPU is the one that trained (its checkpoint).
+    assert plan["optimizer"] == "adamw_torch_fused"
+    saved = torch.load(out / "checkpoint-2" / "optimizer.pt", weights_only=True)
+    assert saved["param_groups"][0]["fused"] is True
 
 
 def _lr(model_cfg: ModelConfig, train_cfg: TrainConfig, explicit: set[str] | None):

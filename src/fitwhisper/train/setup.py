@@ -171,6 +171,7 @@ def trainer(
     args = parts.training_arguments(
         train_cfg,
         precision,
+        optim=plan.optimizer,
         has_eval=has_eval,
         best_metric=plan.best_metric,
         skips_layers=layerdrop > 0,

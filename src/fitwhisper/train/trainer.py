@@ -24,11 +24,13 @@ def training_arguments(
     cfg: TrainConfig,
     precision: Precision,
     *,
+    optim: str,
     has_eval: bool,
     best_metric: str | None = None,
     skips_layers: bool = False,
 ):
-    """Seq2SeqTrainingArguments for the run, in the precision `train` resolved;
+    """Seq2SeqTrainingArguments for the run, in the precision and with the optimizer the
+    run plan chose (`optim`);
     `skips_layers`: the model's LayerDrop is on, so a step can leave parameters unused."""
     from transformers import Seq2SeqTrainingArguments
 
@@ -41,7 +43,7 @@ def training_arguments(
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         weight_decay=cfg.weight_decay,
-        optim=cfg.optim,
+        optim=optim,
         # transformers 5 folded warmup_ratio into warmup_steps: a float below 1 is a ratio.
         warmup_steps=cfg.warmup_ratio if cfg.warmup_ratio > 0 else cfg.warmup_steps,
         lr_scheduler_type=cfg.lr_scheduler_type,
