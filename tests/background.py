@@ -1,17 +1,11 @@
 """Pure computation a slow test checks, started when collection ends in a process at the
 lowest CPU priority: it runs on what the other tests leave idle (the two cores are busy about
-78% of a run), and the test waits only for what is not done by the time it runs. Those tests
-run last (tests/conftest.py), so their jobs have the whole session.
+78% of a run), and the test waits only for what is not done by the time it runs.
 
 Only work with no timeouts and no shared state qualifies: a starved job is late, never wrong.
-Each job has a model cache of its own (the session's is made after it starts) and one
-thread: on an idle core it never waits for a second thread that a busy core starves.
 It is not free: the tests beside it slow down (the GPU check on CPU, the first test, 41 s ->
 63-68 s), but the presets' 76 s became a 9 s wait, for about 40 s less over the first
 300 tests (measured 2026-11-28).
-
-Where nothing else was collected (a test run alone), nothing starts: the test computes its
-result itself, on both cores.
 """
 
 from __future__ import annotations
@@ -25,14 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @dataclass(frozen=True)
 class Job:
     test: str  # the node id of the test that reads the result
     code: str  # Python run with the output file as sys.argv[1]
-    needs_shared_data: bool = False  # ../shared/data (without it the test skips)
 
 
 JOBS = (
@@ -41,17 +33,6 @@ JOBS = (
         "import sys\n"
         "from fitwhisper.memory.presets import presets_markdown\n"
         "open(sys.argv[1], 'w', encoding='utf-8').write(presets_markdown())\n",
-    ),
-    Job(
-        "tests/test_default_training_windows.py::"
-        "test_default_training_works_on_both_windows_and_on_a_long_file",
-        "import json, sys\n"
-        "from pathlib import Path\n"
-        "from tests.background import SHARED_DATA\n"
-        "from tests.default_windows_run import run\n"
-        "out = Path(sys.argv[1])\n"
-        "out.write_text(json.dumps(run(SHARED_DATA, out.parent / 'work')), encoding='utf-8')\n",
-        needs_shared_data=True,
     ),
 )
 
@@ -70,10 +51,9 @@ class Started:
 
     def __init__(self, job: Job, folder: Path) -> None:
         self.job, self.out, self.log = job, folder / "out", folder / "log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        env["FITWHISPER_CACHE"] = str(folder / "cache")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO / "src"), str(REPO), env.get("PYTHONPATH")) if p
+            p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p
         )
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
@@ -96,16 +76,10 @@ class Started:
             self.proc.wait()
 
 
-def runs_last(node_id: str) -> bool:
-    """A test whose work is a background job: it runs after the others."""
-    return any(j.test == node_id for j in JOBS)
-
-
 def start(node_ids: set[str]) -> dict[str, Started]:
-    """Start the jobs whose tests were collected beside others; keyed by the test's node id."""
+    """Start the jobs whose tests were collected; keyed by the test's node id."""
     jobs = [j for j in JOBS if j.test in node_ids]
-    jobs = [j for j in jobs if SHARED_DATA.is_dir() or not j.needs_shared_data]
-    if not jobs or not node_ids - {j.test for j in jobs}:
+    if not jobs:
         return {}
     root = Path(tempfile.mkdtemp(prefix="fitwhisper-background-"))
     started = {}

@@ -28,10 +28,6 @@ DEEPSPEED_REQUIRED = os.environ.get("FITWHISPER_DEEPSPEED_TESTS") == "required"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from tests import background
-
-    # Tests whose work runs in the background go last: their jobs get the whole session.
-    items.sort(key=lambda item: background.runs_last(item.nodeid))
     if DEEPSPEED_REQUIRED or importlib.util.find_spec("deepspeed") is not None:
         return
     skip = pytest.mark.skip(reason="needs the deepspeed package; `make test-deepspeed` runs it")
