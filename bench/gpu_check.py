@@ -133,7 +133,7 @@ def steps() -> list[Step]:
                 "bf16-8bit", "tiny16", "--bf16", "--use_8bit", "--optim", "adamw_8bit"
             ),
             # bitsandbytes' CPU backend runs it too, ~80x slower per 8-bit Adam step (see
-            # train/methods.py); tests/test_finetune_quantised.py covers it there.
+            # train/method_loading.py); tests/test_finetune_quantised.py covers it there.
             cuda_only="the step checks bitsandbytes' CUDA kernels",
             needs=("bitsandbytes",),
         ),  # fmt: skip
@@ -686,14 +686,14 @@ def _no_gpu() -> None:
 
 
 def _planner_model(spec: str, method: str, dtype: str, cuda: bool):
-    """The model as `fitwhisper train` prepares it (methods.py), random weights of the real
+    """The model as `fitwhisper train` prepares it (method_loading.py), random weights of the real
     shapes, built on the device: fp32 for full fine-tuning, a half base + fp32 LoRA."""
     import torch
     from transformers import WhisperForConditionalGeneration
 
     from fitwhisper.config import ModelConfig, TrainConfig
     from fitwhisper.memory.architectures import whisper_config
-    from fitwhisper.train.methods import load_kwargs, prepare_for_training
+    from fitwhisper.train.method_loading import load_kwargs, prepare_for_training
 
     config = whisper_config(spec)
     config._attn_implementation = "sdpa"

@@ -8,7 +8,7 @@ shipped configuration, one warm-up step creates the optimizer states, and the ne
 (forward with labels, backward, gradient clipping, AdamW step, zero_grad) is measured.
 `--grid fp32` (default): tiny and base x batch 1, 4 x gradient checkpointing off, on x full,
 LoRA, in fp32. `--grid mixed`: the paths beyond fp32, built as `fitwhisper train` builds
-them (saved, then loaded through train/methods.py's `load_kwargs` and
+them (saved, then loaded through train/method_loading.py's `load_kwargs` and
 `prepare_for_training`): full fine-tuning under bf16 autocast, LoRA on a bf16 base, and
 LoRA on an 8-bit and a 4-bit bitsandbytes base in fp32 and bf16. Measured:
 
@@ -171,7 +171,7 @@ def _as_train_builds_it(config, req: MemoryRequest) -> torch.nn.Module:
     from transformers import WhisperForConditionalGeneration
 
     from fitwhisper.config import ModelConfig, TrainConfig
-    from fitwhisper.train.methods import load_kwargs, prepare_for_training
+    from fitwhisper.train.method_loading import load_kwargs, prepare_for_training
 
     model_cfg = ModelConfig(
         model="bench", use_lora=req.use_lora, use_8bit=req.use_8bit, use_4bit=req.use_4bit,
@@ -227,9 +227,9 @@ def _peak_from_memory_events(prof) -> int:
 
 
 def _row(req, pred, measured, err, t_pred, t_meas) -> str:
-    from fitwhisper.method import METHOD_LABELS, method_of
+    from fitwhisper.method import method_of
 
-    method = METHOD_LABELS[method_of(req)]
+    method = method_of(req).label
     if req.precision != "fp32":
         method += f", {req.precision}"
     ckpt = "on" if req.gradient_checkpointing else "off"

@@ -47,7 +47,7 @@ def with_recipe(
     reason for each (for the run plan's `why`)."""
     if "learning_rate" in options_given((train_cfg,), explicit):
         return train_cfg, {"learning_rate": "--learning_rate as given"}
-    if method_of(model_cfg) == "full":
+    if not method_of(model_cfg).adapters:
         return train_cfg, {"learning_rate": f"full fine-tuning's default {FULL_LEARNING_RATE:g}"}
     reason = (
         f"LoRA's default {LORA_LEARNING_RATE:g} (no --learning_rate): adapters start at zero "

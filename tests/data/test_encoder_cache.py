@@ -256,7 +256,7 @@ def test_specaugment_in_the_model_config_is_refused(
 def test_encoder_adapters_and_a_trainable_encoder_are_refused(tiny_whisper_dir: Path) -> None:
     from transformers import WhisperForConditionalGeneration
 
-    from fitwhisper.train.methods import prepare_for_training
+    from fitwhisper.train.method_loading import prepare_for_training
 
     def loaded():
         return WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir)

@@ -62,7 +62,7 @@ def test_lora_trains_the_adapters_only(small_config_dir, small_dims):
 def test_lora_under_mixed_precision_keeps_its_frozen_base_in_half(
     small_config_dir, small_dims, precision
 ):
-    """train/methods.py loads a plain LoRA run's base in the run's half precision; the
+    """train/method_loading.py loads a plain LoRA run's base in the run's half precision; the
     adapters, their gradients and optimizer states stay fp32."""
     encoder, decoder = _counts(small_dims)
     kw = {"use_lora": True, "lora_r": 8, "device": "cuda"}

@@ -245,8 +245,9 @@ def test_bad_values_are_refused_without_a_traceback(small_config_dir, capsys, fl
 def test_a_quantised_base_under_zero3_is_refused_as_train_refuses_it(
     small_config_dir, capsys, stage
 ):
-    """plan and train ask the same question (fitwhisper.method.weight_sharding_refusal), so
-    they give the same answer (train's side: tests/train/test_deepspeed.py)."""
+    """plan and train ask the same question (the method's `weight_sharding_refusal`,
+    fitwhisper/method.py), so they give the same answer (train's side:
+    tests/train/test_deepspeed.py)."""
     argv = ["plan", "--model", str(small_config_dir), "--num_gpus", "2", "--deepspeed", stage]
     assert main([*argv, "--use_8bit"]) == 1
     assert capsys.readouterr().err == (

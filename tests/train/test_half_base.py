@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fitwhisper.config import ModelConfig
-from fitwhisper.train.methods import load_kwargs
+from fitwhisper.train.method_loading import load_kwargs
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_which_runs_load_a_half_precision_base(flags, precision, expected) -> No
 
 
 def test_quantised_base_is_not_also_cast(monkeypatch) -> None:
-    from fitwhisper.train import methods
+    from fitwhisper.train import method_loading as methods
 
     monkeypatch.setattr(methods, "_bitsandbytes_installed", lambda: True)
     kwargs = load_kwargs(ModelConfig(model="m", use_8bit=True), "bf16")

@@ -12,7 +12,8 @@ import torch
 from fitwhisper.config import WHISPER_LINEAR_MODULES, DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError, ModelLoadError
 from fitwhisper.models.resolve import has_processor
-from fitwhisper.train import methods, train, validate
+from fitwhisper.train import method_loading as methods
+from fitwhisper.train import train, validate
 
 # Merged vs adapter model in float32: only the order of the sums differs.
 LOGITS_ATOL = 1e-4  # tiny random Whisper, logits of order 1

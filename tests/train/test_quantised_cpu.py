@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fitwhisper.cli import main
-from fitwhisper.train.methods import _bitsandbytes_installed
+from fitwhisper.train.method_loading import _bitsandbytes_installed
 
 pytestmark = pytest.mark.skipif(
     not _bitsandbytes_installed(), reason="bitsandbytes is a dependency; this install lacks it"

@@ -154,8 +154,8 @@ def _methods(opts: PlanOptions) -> tuple:
             )
         return tuple(m for m in METHODS if m in allowed)
     if opts.use_lora or opts.use_8bit or opts.use_4bit:
-        return (method_of(opts),)
-    return METHODS
+        return (method_of(opts).name,)
+    return tuple(METHODS)
 
 
 def _presets(opts: PlanOptions) -> int:

@@ -34,8 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fitwhisper.method import METHOD_LABELS, bitsandbytes_runs_here, method_flags
 from fitwhisper.method import METHODS as ALL_METHODS
+from fitwhisper.method import bitsandbytes_runs_here
 from fitwhisper.whisper_facts import WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ MODELS: tuple[str, ...] = (
     "MediaTek-Research/Breeze-ASR-25",
 )
 # method label -> the MemoryRequest fields that select it
-METHODS: dict[str, dict[str, bool]] = {METHOD_LABELS[m]: method_flags(m) for m in ALL_METHODS}
+METHODS: dict[str, dict[str, bool]] = {m.label: m.flags for m in ALL_METHODS.values()}
 # Settings every verdict assumes: the least memory short of a smaller model or method.
 VERDICT_SETTINGS: dict[str, Any] = {
     "per_device_train_batch_size": 1,

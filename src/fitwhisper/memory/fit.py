@@ -168,7 +168,7 @@ def auto_fit(
     budget = parse_memory(train_cfg.gpu_memory) if train_cfg.gpu_memory else total
     chosen = {"use_4bit": "4bit", "use_8bit": "8bit", "use_lora": "lora"}
     named = [m for k, m in chosen.items() if getattr(model_cfg, k) and k in explicit]
-    methods = tuple(named[:1]) or METHODS
+    methods = tuple(named[:1]) or tuple(METHODS)
     # Under a launcher the memory is each GPU's, and the effective batch is the whole run's.
     local, machines = launched_world()
     effective = (

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import torch
 
 from fitwhisper.errors import ConfigError
+from fitwhisper.method import method_of
 from fitwhisper.models import checkpointing
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_SECONDS
 
@@ -81,9 +82,7 @@ class MemoryRequest:
 
     @property
     def method(self) -> str:
-        from fitwhisper.method import METHOD_NAMES, method_of
-
-        name = METHOD_NAMES[method_of(self)]
+        name = method_of(self).title
         return "full, encoder frozen" if name == "full" and self.freeze_encoder else name
 
     @classmethod
@@ -244,7 +243,7 @@ def _predict_cached(req: MemoryRequest, config_json: str) -> MemoryPrediction:
     slack = int(ALLOCATOR_SLACK * peaks.peak_bytes) if cuda else 0
     context = CUDA_CONTEXT_BYTES if cuda else 0
     notes = []
-    if req.use_8bit or req.use_4bit:
+    if method_of(req).quantised:
         notes.append(
             "bitsandbytes layers are traced as "
             + ("float16" if req.precision != "fp32" else "float32")
@@ -355,7 +354,7 @@ def _build_meta(config, req: MemoryRequest) -> torch.nn.Module:
         model.model.encoder.requires_grad_(False)
     if req.gradient_checkpointing:
         checkpointing.enable(model)
-    if req.use_lora or req.use_8bit or req.use_4bit:
+    if method_of(req).adapters:
         from peft import LoraConfig, get_peft_model
 
         with torch.device("meta"), warnings.catch_warnings():
@@ -394,20 +393,20 @@ def _quantised_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
 
 def _stand_in_dtypes(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dtype]:
     """Quantised weights are traced as float16 frozen linears under mixed precision."""
-    if not (req.use_8bit or req.use_4bit) or req.precision == "fp32":
+    if not method_of(req).quantised or req.precision == "fp32":
         return {}
     return {f"{n}.weight": torch.float16 for n in _quantised_linears(model)}
 
 
 def _half_base(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dtype]:
     """A plain LoRA run's frozen base under mixed precision is held in the run's half
-    precision (train/methods.py `base_dtype`). Without checkpointing the trace holds it so
-    too: an fp32 stand-in made autocast keep a half copy of every frozen weight for the
+    precision (train/method_loading.py `base_dtype`). Without checkpointing the trace holds it
+    so too: an fp32 stand-in made autocast keep a half copy of every frozen weight for the
     backward pass, +59% on large-v3 against an H200 (bench/RESULTS-gpu.md). Checkpointing's
     replay on fake tensors fails on half weights, so there the trace keeps it fp32 (+5% to
     +16% on the H200, on the safe side)."""
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
-    if half is None or not req.use_lora or req.use_8bit or req.use_4bit:
+    if half is None or method_of(req).name != "lora":
         return {}
     return {n: half for n, p in model.named_parameters() if not p.requires_grad}
 
@@ -421,7 +420,7 @@ def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dic
         return round_cuda(n) if cuda and n else n
 
     quantised = {}
-    if req.use_8bit or req.use_4bit:
+    if method_of(req).quantised:
         quantised = {f"{n}.weight": m for n, m in _quantised_linears(model).items()}
     half_base = _half_base(model, req)
     weights = grads = optim = params = trainable = 0

@@ -29,6 +29,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from fitwhisper.errors import ConfigError
@@ -48,7 +49,7 @@ from fitwhisper.memory.sharded import (
     launch_command,
     shard,
 )
-from fitwhisper.method import METHOD_NAMES, Method, method_of
+from fitwhisper.method import METHODS, Method, method_of
 
 OPTIMIZERS = ("adamw_torch", "adamw_8bit", "adafactor")  # preferred first
 # The speed proxy (see the module docstring); relative time per clip.
@@ -87,7 +88,7 @@ class Candidate:
         ckpt = "checkpointing" if self.gradient_checkpointing else "no checkpointing"
         where = "" if self.strategy == "single" else f"{STRATEGY_NAMES[self.strategy]}, "
         return (
-            f"{where}{METHOD_NAMES[self.method]}, batch {self.per_device_train_batch_size} x "
+            f"{where}{METHODS[self.method].title}, batch {self.per_device_train_batch_size} x "
             f"{self.gradient_accumulation_steps} accumulation, {ckpt}, {self.optim}"
         )
 
@@ -130,9 +131,7 @@ class FitPlan:
             "optim": r.optim,
             "fp16": self.precision == "fp16",
             "bf16": self.precision == "bf16",
-            "use_lora": r.method != "full",
-            "use_8bit": r.method == "8bit",
-            "use_4bit": r.method == "4bit",
+            **METHODS[r.method].options(),
             "freeze_encoder": req.freeze_encoder,
             "lora_r": req.lora_r,
             "lora_target_modules": list(req.lora_target_modules),
@@ -216,9 +215,8 @@ class FitPlan:
             flags.append("--gradient_checkpointing")
         if s["optim"] != "adamw_torch":
             flags.append(f"--optim {s['optim']}")
-        flags += [f"--{k}" for k in ("use_8bit", "use_4bit") if s[k]]
-        if s["use_lora"] and not (s["use_8bit"] or s["use_4bit"]):
-            flags.append("--use_lora")
+        if flag := method_of(SimpleNamespace(**s)).flag:
+            flags.append(flag)
         return " ".join(flags)
 
 
@@ -300,7 +298,7 @@ def search(
     """
     _check_search_options(effective_batch_size, margin)
     world, per_rank = _per_rank(effective_batch_size, num_gpus, num_nodes, deepspeed)
-    methods = methods or (method_of(base),)
+    methods = methods or (method_of(base).name,)
     optimizers = optimizers or (base.optim, *(o for o in OPTIMIZERS if o != base.optim))
     usable = int(budget_bytes * (1 - margin))
     # Powers of two that divide each GPU's share of the effective batch, so accumulation
@@ -352,7 +350,7 @@ def search(
     prediction = predictions[key]
     if best.strategy in ("zero2", "zero3") and not deepspeed:
         notes.append(
-            f"DDP does not fit {METHOD_NAMES[best.method]} on {world} GPUs; "
+            f"DDP does not fit {METHODS[best.method].title} on {world} GPUs; "
             f"{STRATEGY_NAMES[best.strategy]} does"
         )
     return FitPlan(
@@ -400,7 +398,7 @@ def _first_fitting(
             saving = (p.optimizer_bytes + p.optimizer_step_bytes) * (1 + ALLOCATOR_SLACK)
             if i == 0 and smallest.predicted_bytes - saving > usable and len(optimizers) > 1:
                 notes.append(
-                    f"{METHOD_NAMES[method]}: {', '.join(optimizers[1:])} not tried: a lighter "
+                    f"{METHODS[method].title}: {', '.join(optimizers[1:])} not tried: a lighter "
                     f"optimizer saves at most {_gib(int(saving))}, too little to fit"
                 )
                 skip_lighter = True
@@ -513,9 +511,7 @@ def _request(base: MemoryRequest, method: Method, optim: str, batch: int, ckpt: 
         per_device_train_batch_size=batch,
         gradient_checkpointing=ckpt,
         optim=optim,
-        use_lora=method != "full",
-        use_8bit=method == "8bit",
-        use_4bit=method == "4bit",
+        **METHODS[method].options(),
     )
 
 

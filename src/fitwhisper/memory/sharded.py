@@ -59,7 +59,7 @@ from fitwhisper.memory.predict import (
     MemoryPrediction,
     MemoryRequest,
 )
-from fitwhisper.method import method_of, weight_sharding_refusal
+from fitwhisper.method import method_of
 
 Strategy = Literal["ddp", "zero2", "zero3", "zero3_offload"]
 DEEPSPEED_STAGES = ("zero2", "zero3", "zero3_offload")
@@ -466,10 +466,10 @@ def _check_planned(strategy: str, r: MemoryRequest) -> None:
     """Refuse what DeepSpeed is not planned for: quantised bases (under ZeRO-3 `train`
     refuses them too), offload without AdamW."""
     if strategy in ("zero3", "zero3_offload"):
-        refused = weight_sharding_refusal(method_of(r), "zero3", f"--deepspeed {strategy}")
+        refused = method_of(r).weight_sharding_refusal("zero3", f"--deepspeed {strategy}")
         if refused:
             raise ConfigError(refused[0], hint=refused[1])
-    if strategy == "zero2" and (r.use_8bit or r.use_4bit):
+    if strategy == "zero2" and method_of(r).quantised:
         raise ConfigError(
             "--deepspeed zero2 with an 8-bit/4-bit (bitsandbytes) base is not planned for "
             "(it trains, but the planner does not model its memory)",

@@ -11,7 +11,8 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
   plan), a progress bar on a terminal, in place of Trainer's printed dictionaries
 - `guard`: a NaN or Inf loss or gradient stops (or skips) the step, naming its clips;
   non-finite weights are never saved
-- `methods`: full fine-tuning, LoRA, LoRA on an 8-bit or 4-bit base
+- `method_loading`: how full fine-tuning, LoRA and LoRA on an 8-bit or 4-bit base load and
+  are made ready to train (what each method is: `fitwhisper.method`)
 - `rows`: checked rows, output script, language tokens, rehearsal, data_report.json
 - `regression`: the forgetting guard, scored before and after training
 - `held_out`: the held-out clips scored by generation, before training and after

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.method import method_of
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
     while writing it leaves a folder named as unfinished, never a final/ that fails to load."""
     from fitwhisper.train import ranks
     from fitwhisper.train.master_weights import write_fp32_master_weights
-    from fitwhisper.train.methods import finish_final_dir
+    from fitwhisper.train.method_loading import finish_final_dir
 
     final_dir, partial, old = out / "final", out / "final.partial", out / "final.old"
 
@@ -336,7 +337,7 @@ def _score_before(model, processor, data, model_cfg, train_cfg, out: Path, plan)
     before = out / "eval" / "before"
     if data.eval_ds is None or not train_cfg.score_before or (before / "metrics.json").is_file():
         return
-    if model_cfg.use_4bit or model_cfg.use_8bit:
+    if method_of(model_cfg).quantised:
         # Generating with the quantised base before training breaks the bf16 training that
         # follows ("a view of a leaf Variable ... in-place", tests/train/test_quantised_cpu.py);
         # until that is understood, such runs score the held-out clips after training only.

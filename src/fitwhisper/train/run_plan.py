@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.method import METHOD_NAMES, Method, method_of
+from fitwhisper.method import METHODS, Method, method_of
 from fitwhisper.precision import Precision, hardware, run_precision
 from fitwhisper.recipes import options_given, with_recipe
 
@@ -63,7 +63,7 @@ class RunPlan:
     def log_summary(self) -> None:
         log.info(
             "run plan: %s, %s, encoder input %s, scored by %s (%s), %d process(es)%s",
-            METHOD_NAMES[self.method],
+            METHODS[self.method].title,
             self.precision,
             self.encoder_input,
             self.metric.upper(),
@@ -96,7 +96,7 @@ def resolve_options(
         if asked
         else "no --fp16/--bf16: bf16 on a GPU that has it, fp16 on other GPUs, fp32 on CPU"
     )
-    choices = OptionChoices(method_of(model_cfg), precision, train_cfg.encoder_input, why)
+    choices = OptionChoices(method_of(model_cfg).name, precision, train_cfg.encoder_input, why)
     return model_cfg, train_cfg, choices
 
 
@@ -213,9 +213,8 @@ def _apply_method(model_cfg: ModelConfig, why: dict[str, str]) -> ModelConfig:
     from fitwhisper.models.presets import apply_model_preset
 
     model_cfg = apply_model_preset(model_cfg)
-    method = method_of(model_cfg)
     why["method"] = "--use_lora, --use_8bit, --use_4bit as given (none: full)"
-    if method != "full" and not model_cfg.use_lora:
+    if method_of(model_cfg).quantised and not model_cfg.use_lora:
         log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
         model_cfg = dataclasses.replace(model_cfg, use_lora=True)
         why["method"] = "a quantised base trains LoRA adapters only: --use_lora on"

@@ -61,7 +61,7 @@ def model(
     from fitwhisper.codeswitch import configure_no_language_token
     from fitwhisper.models.generation import configure_generation, language_for
     from fitwhisper.models.resolve import load_model
-    from fitwhisper.train.methods import load_kwargs
+    from fitwhisper.train.method_loading import load_kwargs
 
     kwargs = load_kwargs(model_cfg, precision)
     if "quantization_config" not in kwargs:
@@ -84,8 +84,8 @@ def model(
 
 
 def prepare(loaded, model_cfg: ModelConfig, train_cfg: TrainConfig):
-    """Frozen parts, kbit preparation and adapters, by the method (methods.py)."""
-    from fitwhisper.train.methods import prepare_for_training
+    """Frozen parts, kbit preparation and adapters, by the method (method_loading.py)."""
+    from fitwhisper.train.method_loading import prepare_for_training
 
     return prepare_for_training(loaded, model_cfg, train_cfg)
 

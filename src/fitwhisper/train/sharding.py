@@ -24,7 +24,8 @@ Refused with DeepSpeed, and why:
   run there (nothing of the step is saved), not drop the update.
 - --use_8bit/--use_4bit with ZeRO-3 (as under FSDP, below): the weights are split across
   the processes, which fitwhisper's bitsandbytes base does not support
-  (`fitwhisper.method.weight_sharding_refusal` says why; `plan` refuses the same).
+  (the method's `weight_sharding_refusal`, fitwhisper/method.py, says why; `plan` refuses
+  the same).
   With ZeRO-2 (weights whole on every GPU) a quantised base trains.
 
 Refused with FSDP (`accelerate launch --use_fsdp`): a state dict type other than
@@ -43,7 +44,7 @@ import os
 from fitwhisper.config import ModelConfig, TrainConfig
 from fitwhisper.memory.sharded import DEEPSPEED_STAGES as NAMES
 from fitwhisper.memory.sharded import config_path
-from fitwhisper.method import method_of, weight_sharding_refusal
+from fitwhisper.method import method_of
 from fitwhisper.train.ranks import fsdp_asked, world_size
 
 GATHER_ON_SAVE = "stage3_gather_16bit_weights_on_model_save"
@@ -66,7 +67,7 @@ def problems(model_cfg: ModelConfig, cfg: TrainConfig) -> list[str]:
 def _fsdp_problems(model_cfg: ModelConfig) -> list[str]:
     """`accelerate launch --use_fsdp` with a sharded state dict: Trainer's save_model then
     writes no weights at all (only FULL_STATE_DICT gathers them), so final/ would hold a
-    processor and no model. With a quantised base: `weight_sharding_refusal`."""
+    processor and no model. With a quantised base: `TrainingMethod.weight_sharding_refusal`."""
     found = _quantised_problems(model_cfg, "fsdp", "FSDP (accelerate launch --use_fsdp)")
     version = os.environ.get("FSDP_VERSION", "1")
     default = "FULL_STATE_DICT" if version == "1" else "SHARDED_STATE_DICT"  # accelerate's
@@ -81,7 +82,7 @@ def _fsdp_problems(model_cfg: ModelConfig) -> list[str]:
 
 
 def _quantised_problems(model_cfg: ModelConfig, sharding, named: str) -> list[str]:
-    refused = weight_sharding_refusal(method_of(model_cfg), sharding, named)
+    refused = method_of(model_cfg).weight_sharding_refusal(sharding, named)
     return [f"{refused[0]}; {refused[1]}"] if refused else []
 
 

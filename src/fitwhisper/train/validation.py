@@ -30,7 +30,7 @@ def validate(
     from fitwhisper.data.augment import option_problems as augment_problems
     from fitwhisper.data.encoder_cache import option_problems as cache_problems
     from fitwhisper.train.hub import problems as hub_problems
-    from fitwhisper.train.methods import problems as method_problems
+    from fitwhisper.train.method_loading import problems as method_problems
     from fitwhisper.train.rows import option_problems as row_problems
     from fitwhisper.train.sharding import problems as deepspeed_problems
 

@@ -42,7 +42,7 @@ def search_space(model_cfg: ModelConfig, train_cfg: TrainConfig, tune_cfg: TuneC
     from fitwhisper.models.presets import apply_model_preset
     from fitwhisper.tune.space import apply_overrides, default_space
 
-    method = method_of(apply_model_preset(model_cfg))
+    method = method_of(apply_model_preset(model_cfg)).name
     space = default_space(method, by_epochs=train_cfg.max_steps <= 0)
     return apply_overrides(space, tune_cfg.search)
 

@@ -158,7 +158,7 @@ def fitted(
             base,
             budget_bytes,
             effective_batch_size=effective,
-            methods=(method_of(model_cfg),),
+            methods=(method_of(model_cfg).name,),
             optimizers=(train_cfg.optim,),
         )
     except ConfigError as e:

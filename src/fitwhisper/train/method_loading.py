@@ -1,7 +1,9 @@
-"""Training methods: full fine-tuning, LoRA, and LoRA on an 8-bit or a 4-bit (QLoRA) base.
+"""How each training method loads and is made ready to train: full fine-tuning, LoRA, and
+LoRA on an 8-bit or a 4-bit (QLoRA) base.
 
-`fitwhisper train` picks the method (`fitwhisper.method`) from its flags; the run's
-precision, resolved once by `train`, decides the 4-bit layers' compute dtype:
+`fitwhisper train` picks the method (`fitwhisper.method`, which says what each one is) from
+its flags; the run's precision, resolved once by `train`, decides the 4-bit layers' compute
+dtype:
 
     (none)               full fine-tuning; --freeze_encoder trains the decoder only
     --use_lora           LoRA adapters (PEFT) on a frozen base; the run saves the adapter
@@ -31,7 +33,7 @@ from typing import Any
 
 from fitwhisper.config import WHISPER_LINEAR_MODULES, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.method import bitsandbytes_runs_here, is_quantised, method_of
+from fitwhisper.method import bitsandbytes_runs_here, method_of
 from fitwhisper.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -93,7 +95,8 @@ def quantization_config(model_cfg: ModelConfig, precision: Precision):
     """
     from transformers import BitsAndBytesConfig
 
-    if model_cfg.use_4bit:
+    bits = method_of(model_cfg).base_bits
+    if bits == 4:
         import torch
 
         return BitsAndBytesConfig(
@@ -102,7 +105,7 @@ def quantization_config(model_cfg: ModelConfig, precision: Precision):
             bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=getattr(torch, compute_dtype_name(model_cfg, precision)),
         )
-    if model_cfg.use_8bit:
+    if bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True)
     return None
 
@@ -116,7 +119,7 @@ def base_dtype(model_cfg: ModelConfig, precision: Precision) -> str | None:
     its weights to that dtype in every matmul anyway. The adapters stay fp32 (PEFT upcasts
     them), so the optimizer and gradient scaler see fp32 parameters only.
     """
-    if method_of(model_cfg) != "lora":
+    if method_of(model_cfg).name != "lora":
         return None
     return {"bf16": "bfloat16", "fp16": "float16"}.get(precision)
 
@@ -172,13 +175,13 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
             "--optim adamw_8bit on CPU: bitsandbytes' CPU optimizer is correct but about "
             "80x slower per step than adamw_torch; it saves memory, not time"
         )
-    if method == "full":
+    if not method.adapters:
         _freeze_for_full(model, model_cfg)
         return model
 
     from peft import get_peft_model, prepare_model_for_kbit_training
 
-    if is_quantised(method):
+    if method.quantised:
         _quiet_int8_cast_notice()
         # Freezes the base and upcasts its non-quantised parts (norms, conv) to fp32.
         # Checkpointing stays with Trainer (--gradient_checkpointing): transformers 5
@@ -189,12 +192,12 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
         # peft reads `is_gradient_checkpointing`, deprecated in transformers 5: not ours to fix.
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         peft_model = get_peft_model(model, lora_config(model_cfg))
-    if method == "lora":
+    if method.name == "lora":  # the only method whose base may load in half precision
         _features_in_weight_dtype(model)
     trainable, total = _count_parameters(peft_model)
     log.info(
         "method %s: training %s LoRA parameters (%.2f%% of %s), rank %d, alpha %d, on %s%s",
-        method,
+        method.name,
         f"{trainable:,}",
         100 * trainable / max(total, 1),
         f"{total:,}",
