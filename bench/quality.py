@@ -237,6 +237,9 @@ RECIPES = {
     "lora-3e-3": "fitwhisper's LoRA defaults with `--learning_rate 3e-3`",
     "full-3.75e-5": "fitwhisper's defaults with `--learning_rate 3.75e-5` (tiny's pretraining "
     "rate 1.5e-3 / 40)",
+    "augment-light": "fitwhisper's defaults with `--augment light`",
+    "augment-medium": "fitwhisper's defaults with `--augment medium`",
+    "augment-strong": "fitwhisper's defaults with `--augment strong`",
 }
 # The four rows a plain run measures; --recipes names others.
 DEFAULT_RECIPES = ("zero-shot", "defaults", "standard", "lora")
@@ -249,6 +252,9 @@ TRAIN_OPTIONS = {
     "lora-3e-4": ["--use_lora", "--learning_rate", "3e-4"],
     "lora-3e-3": ["--use_lora", "--learning_rate", "3e-3"],
     "full-3.75e-5": ["--learning_rate", "3.75e-5"],
+    "augment-light": ["--augment", "light"],
+    "augment-medium": ["--augment", "medium"],
+    "augment-strong": ["--augment", "strong"],
 }
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
 # measured against).
@@ -258,6 +264,9 @@ PAIRS = (
     ("lora-3e-4", "lora-defaults"),
     ("lora-3e-3", "lora-defaults"),
     ("full-3.75e-5", "defaults"),
+    ("augment-light", "defaults"),
+    ("augment-medium", "defaults"),
+    ("augment-strong", "defaults"),
 )
 
 
