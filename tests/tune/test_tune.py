@@ -14,8 +14,10 @@ import pytest
 import yaml
 from tests.conftest import write_tone
 
+from fitwhisper.config import ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
 from fitwhisper.tune.space import Choice, Range, apply_overrides, default_space, parse_spec
+from fitwhisper.tune.trials import options_for
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -33,6 +35,11 @@ def test_the_default_space_follows_the_method_and_the_overrides_change_it() -> N
     assert space["learning_rate"] == Range(1e-5, 1e-3, log=True)
     assert "weight_decay" not in space and fixed == {"seed": 7}
     assert space["lora_r"] == Choice((8, 16))
+    # Augmentation's strength is searchable when named, and a trial gets it as an option.
+    space, _ = apply_overrides(full, ["augment=none|medium"])
+    assert space["augment"] == Choice(("none", "medium")) and "augment" not in full
+    _, trial_cfg = options_for(ModelConfig(), TrainConfig(), {"augment": "medium"}, set())
+    assert trial_cfg.augment == "medium"
     assert parse_spec("1..4") == Range(1, 4, integer=True)
 
 

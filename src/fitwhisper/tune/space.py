@@ -75,6 +75,7 @@ SEARCHABLE = (
     "warmup_ratio",
     "weight_decay",
     "lr_scheduler_type",
+    "augment",
     "lora_r",
     "lora_alpha",
     "lora_dropout",
