@@ -1,5 +1,5 @@
-"""The training methods by name: one small object each, looked up by name as the export
-formats are (`export/formats.py`), one vocabulary for `train`, `plan`, the presets and
+"""The training methods: one small object each, looked up by name as the export formats
+are (`export/formats.py`), one vocabulary for `train`, `plan`, `tune`, the presets and
 `doctor`.
 
     full   the whole model trains (`--freeze_encoder`: the decoder only); saves a model
