@@ -223,3 +223,22 @@ def test_scoring_never_wraps_the_model_for_several_gpus(
     res = evaluate_manifest(str(tiny_whisper_dir), tone_manifest, batch_size=3,
                             generation_max_length=8)  # fmt: skip
     assert res.score.n_utterances == 6
+
+
+def test_a_fine_tune_that_records_its_language_is_scored_in_it_without_language(
+    tiny_multilingual_dir: Path, tmp_path: Path, tone_manifest: Path
+) -> None:
+    """`evaluate` with no --language on untagged rows takes the model's default language
+    (models/resolve.py `default_language`: its preset's, else the one its generation
+    config records), as export's re-scoring does: a Mandarin fine-tune is scored by CER."""
+    import shutil
+
+    tuned = tmp_path / "tuned"
+    shutil.copytree(tiny_multilingual_dir, tuned)
+    gen = json.loads((tuned / "generation_config.json").read_text())
+    (tuned / "generation_config.json").write_text(json.dumps(gen | {"language": "zh"}))
+    for model, metric in ((tiny_multilingual_dir, "wer"), (tuned, "cer")):
+        out = tmp_path / f"ev-{metric}"
+        argv = ["evaluate", str(model), str(tone_manifest), "--max_samples", "2"]
+        assert main([*argv, "--generation_max_length", "4", "--output_dir", str(out), "-q"]) == 0
+        assert json.loads((out / "metrics.json").read_text())["metric"] == metric

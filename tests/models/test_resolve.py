@@ -208,7 +208,7 @@ def test_recorded_language_is_the_fine_tunes(tmp_path, tiny_multilingual_dir, ti
     import json
     import shutil
 
-    from fitwhisper.models.resolve import recorded_language
+    from fitwhisper.models.resolve import default_language, recorded_language
 
     assert recorded_language(str(tiny_multilingual_dir)) is None  # a base model: none
     tuned = tmp_path / "tuned"
@@ -217,5 +217,10 @@ def test_recorded_language_is_the_fine_tunes(tmp_path, tiny_multilingual_dir, ti
     (tuned / "generation_config.json").write_text(json.dumps(gen | {"language": "zh"}))
     assert recorded_language(str(tuned)) == "zh"
     assert recorded_language(str(tiny_whisper_dir)) is None  # English-only: no token
+    # The default when none is given: the preset's (Breeze: zh, before any file is read),
+    # else the recorded one.
+    assert default_language(str(tuned)) == "zh"
+    assert default_language(str(tiny_multilingual_dir)) is None
+    assert default_language("MediaTek-Research/Breeze-ASR-25") == "zh"
     (tuned / "generation_config.json").unlink()
     assert recorded_language(str(tuned)) is None

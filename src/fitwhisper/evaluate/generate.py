@@ -133,13 +133,12 @@ def evaluate_manifest(
     written over `cfg`.
     """
     from fitwhisper.data.usable import usable_rows
-    from fitwhisper.models.presets import preset_language
-    from fitwhisper.models.resolve import as_resolved, load_processor
+    from fitwhisper.models.resolve import as_resolved, default_language, load_processor
 
     cfg = eval_config(cfg, **options)  # bad options fail before any work
-    if cfg.language is None:
-        cfg = dataclasses.replace(cfg, language=preset_language(str(model_spec)))
     model = as_resolved(model_spec)  # once: processor and model load from the same
+    if cfg.language is None:
+        cfg = dataclasses.replace(cfg, language=default_language(model))
     processor = load_processor(model)
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"

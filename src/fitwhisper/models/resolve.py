@@ -167,6 +167,18 @@ def load_model(spec: str | Path | ResolvedModel, **kwargs):
     return model
 
 
+def default_language(spec: str | Path | ResolvedModel) -> str | None:
+    """The language a model is scored and prompted in when none is given: its preset's
+    (zh for Breeze-ASR-25), else the one its generation config records (a fine-tune's),
+    else None (English-only models, or a multilingual model that detects it). `evaluate`
+    and export re-scoring both ask here, as the transformers engine of `transcribe` follows
+    the generation config."""
+    from fitwhisper.models.presets import preset_language
+
+    name = spec.spec if isinstance(spec, ResolvedModel) else str(spec)
+    return preset_language(name) or recorded_language(spec)
+
+
 def recorded_language(spec: str | Path | ResolvedModel) -> str | None:
     """The language a model's generation config records (a fine-tune's, e.g. "zh"; the
     adapter folder's for a LoRA run), or None: none recorded, or English-only."""
