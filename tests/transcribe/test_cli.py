@@ -186,6 +186,28 @@ def test_transformers_engine_loads_a_multilingual_model_without_a_language(
     assert engine.multilingual and engine.language is None
 
 
+@pytest.mark.parametrize("engine", ["transformers", "ct2"])
+def test_both_engines_take_the_models_default_language_without_one(
+    tiny_multilingual_dir: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """No --language: each engine prompts in `default_language`, the rule evaluate and export
+    re-scoring follow (here a preset that says zh, as Breeze-ASR-25's does); a given one wins."""
+    if engine == "ct2":
+        pytest.importorskip("faster_whisper")
+    import fitwhisper.models.presets as presets
+    from fitwhisper.models.resolve import resolve_model
+    from fitwhisper.transcribe.options import TranscribeOptions
+    from fitwhisper.transcribe.run import EngineChoice, make_engine
+
+    spec = str(tiny_multilingual_dir)
+    monkeypatch.setattr(presets, "preset_language", lambda m: "zh" if m == spec else None)
+    choice = EngineChoice(engine, "cpu", "test")
+    options = {"vad": False, "compute_type": "float32"}
+    assert make_engine(resolve_model(spec), TranscribeOptions(**options), choice).language == "zh"
+    given = TranscribeOptions(language="ja", **options)
+    assert make_engine(resolve_model(spec), given, choice).language == "ja"
+
+
 def _refuse_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any model resolution or audio decoding fails the test."""
     import fitwhisper.models.resolve as resolve

@@ -170,9 +170,8 @@ def load_model(spec: str | Path | ResolvedModel, **kwargs):
 def default_language(spec: str | Path | ResolvedModel) -> str | None:
     """The language a model is scored and prompted in when none is given: its preset's
     (zh for Breeze-ASR-25), else the one its generation config records (a fine-tune's),
-    else None (English-only models, or a multilingual model that detects it). `evaluate`
-    and export re-scoring both ask here, as the transformers engine of `transcribe` follows
-    the generation config."""
+    else None (English-only models, or a multilingual model that detects it). `evaluate`,
+    export re-scoring and both engines of `transcribe` ask here."""
     from fitwhisper.models.presets import preset_language
 
     name = spec.spec if isinstance(spec, ResolvedModel) else str(spec)

@@ -78,7 +78,14 @@ def choose_engine(engine: str, model: ResolvedModel, device: str) -> EngineChoic
 
 
 def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice):
-    """Load the model into the chosen engine (exporting to CTranslate2 once if needed)."""
+    """Load the model into the chosen engine (exporting to CTranslate2 once if needed).
+    Without --language both engines take the model's default language, the rule `evaluate`
+    and export re-scoring follow (`models.resolve.default_language`: its preset's, else the
+    one its training recorded); a model with neither detects it per file."""
+    if opts.language is None and model.kind != "ct2_dir":
+        from fitwhisper.models.resolve import default_language
+
+        opts = dataclasses.replace(opts, language=default_language(model))
     if choice.name == "transformers":
         from fitwhisper.transcribe.hf_engine import TransformersEngine
 
