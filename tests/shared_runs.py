@@ -75,7 +75,7 @@ class MandarinExports:
 
     folder: Path  # OUT/<format>/ for ct2, ggml, onnx and openai, and OUT/export_report.json
     report: dict  # export_report.json
-    held_out: Path  # the 12 sentences every engine re-scored
+    held_out: Path  # the 8 sentences every engine re-scored (and the long file is made of)
     merged: Path  # the adapter merged into offline/base: a transformers folder
 
 
@@ -88,7 +88,7 @@ def export_mandarin_lora(lora: MandarinLora, shared_data: Path, root: Path) -> M
     from fitwhisper.cli import main
     from fitwhisper.models.merge import merge_adapter
 
-    held_out = mandarin_sentences(shared_data, 300, 12, root / "held_out.jsonl")
+    held_out = mandarin_sentences(shared_data, 300, 8, root / "held_out.jsonl")
     out = root / "exports"
     code = main(
         ["export", str(lora.run / "final"), str(out), "--format", ",".join(EXPORT_FORMATS),

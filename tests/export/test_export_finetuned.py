@@ -15,13 +15,15 @@ from tests.shared_runs import EXPORT_FORMATS
 
 pytestmark = pytest.mark.slow
 
-# The engines that run the export's own fp32 weights read these 12 sentences as the source
-# does (measured: +0.00 on 12, 24 and 74 sentences, for this LoRA run and for a full
-# fine-tune). f16 whisper.cpp rounds the weights of a model that hesitates: -0.70 points on
-# these 12 for this run, -0.89 on 24, and +1.18 on 24 for a 2-step full fine-tune (+0.18 on
-# all 74; bench/export_parity.py measures it on more clips). A faulty conversion misses by
-# far more than 2 points; each engine also transcribes the 59 s long file, and every 12 more
-# sentences cost this test a minute.
+# The engines that run the export's own fp32 weights read these 8 sentences (87 reference
+# characters: one is 1.15 points) as the source does: measured +0.00 on these 8 for this
+# run, and on 12, 24 and 74 sentences for it and for a full fine-tune. f16 whisper.cpp
+# rounds the weights of a model that hesitates: +0.00 on these 8 for this run, -0.70 points
+# on 12, -0.89 on 24, and +1.18 on 24 for a 2-step full fine-tune (+0.18 on all 74;
+# bench/export_parity.py measures it on more clips). A faulty conversion misses by far more
+# than 2 points. Each engine also transcribes the long file made of the same sentences (37 s:
+# two windows); 12 sentences cost the fixture 40 s more than 8 (179 s against 139 s,
+# 2026-11-28).
 TOLERANCE = {"ggml": 0.02}
 
 
