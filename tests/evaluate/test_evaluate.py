@@ -242,3 +242,10 @@ def test_a_fine_tune_that_records_its_language_is_scored_in_it_without_language(
         argv = ["evaluate", str(model), str(tone_manifest), "--max_samples", "2"]
         assert main([*argv, "--generation_max_length", "4", "--output_dir", str(out), "-q"]) == 0
         assert json.loads((out / "metrics.json").read_text())["metric"] == metric
+    # --compare: both models in the fine-tune's language (the base was once prompted by
+    # detection and the pair scored by WER).
+    out = tmp_path / "compared"
+    argv = ["evaluate", str(tuned), str(tone_manifest), "--compare", str(tiny_multilingual_dir)]
+    argv += ["--max_samples", "2", "--generation_max_length", "4", "--output_dir", str(out)]
+    assert main([*argv, "-q"]) == 0
+    assert json.loads((out / "comparison.json").read_text())["metric"] == "cer"

@@ -157,12 +157,15 @@ def compare_manifest(
 ) -> Comparison:
     """Score two models on the same clips with the same metric and normaliser
     (`fitwhisper evaluate MODEL MANIFEST --compare BASELINE`). The data is checked once,
-    with the first model's tokenizer."""
+    with the first model's tokenizer; without --language both are prompted and scored in
+    the first model's default language, as `evaluate_manifest` scores it alone."""
     from fitwhisper.data.usable import usable_rows
-    from fitwhisper.models.resolve import as_resolved, load_processor
+    from fitwhisper.models.resolve import as_resolved, default_language, load_processor
 
     cfg = eval_config(cfg, **options)
     model, baseline = as_resolved(model_spec), as_resolved(baseline_spec)
+    if cfg.language is None:
+        cfg = dataclasses.replace(cfg, language=default_language(model))
     processor = load_processor(model)
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
