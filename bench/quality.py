@@ -31,6 +31,11 @@ Recipes, each trained on the same clips with the same seed, epochs and batch of 
 recipe, lr 1e-3, fitwhisper/recipes.py) and the same at full fine-tuning's lr 1e-5:
     PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,lora-1e-5,lora-defaults
 
+`tuned` runs `fitwhisper tune` as a user would, on the training speakers alone
+(--tune_val_speakers of them held out to judge its --tune_trials trials), then trains its
+best_config.yaml on every training speaker; the table's held-out speakers stay unseen:
+    PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,defaults,tuned
+
 Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
 the model) on the held-out clips. Differences are paired by clip, with the 95% interval of a
 paired bootstrap (fitwhisper.report.stats.paired_bootstrap).
@@ -240,6 +245,7 @@ RECIPES = {
     "augment-light": "fitwhisper's defaults with `--augment light`",
     "augment-medium": "fitwhisper's defaults with `--augment medium`",
     "augment-strong": "fitwhisper's defaults with `--augment strong`",
+    "tuned": "`fitwhisper tune` on the training speakers, its best config trained on all",
 }
 # The four rows a plain run measures; --recipes names others.
 DEFAULT_RECIPES = ("zero-shot", "defaults", "standard", "lora")
@@ -267,6 +273,7 @@ PAIRS = (
     ("augment-light", "defaults"),
     ("augment-medium", "defaults"),
     ("augment-strong", "defaults"),
+    ("tuned", "defaults"),
 )
 
 
@@ -309,13 +316,14 @@ def train_fitwhisper(
     ds: DataSet,
     train_m: Path,
     out: Path,
-    epochs: float,
+    epochs: float | None,
     seed: int,
     max_steps: int | None,
     options: list[str],
 ) -> tuple[str, float, float, str]:
     """`fitwhisper train` with `options`, as its command line runs it; the saved model, the
-    loop's and the call's seconds, and the options that applied (from the run record)."""
+    loop's and the call's seconds, and the options that applied (from the run record).
+    `epochs` None: the options' own (a `--config` that holds them)."""
     import yaml
 
     from fitwhisper.cli import build_parser
@@ -326,7 +334,7 @@ def train_fitwhisper(
         "model": ds.model,
         "train_manifest": train_m,
         "output_dir": out,
-        "num_train_epochs": epochs,
+        **({"num_train_epochs": epochs} if epochs is not None else {}),
         "seed": seed,
         "report_to": "none",  # a logging option: no TensorBoard files for a benchmark
         **({"language": ds.language} if ds.language else {}),
@@ -360,12 +368,52 @@ def train_fitwhisper(
             f"on {','.join(m['lora_target_modules'])}"
         )
     applied = (
-        f"{method}, lr {t['learning_rate']:g}, {warm}, {t['lr_scheduler_type']} schedule, "
+        f"{method}, lr {t['learning_rate']:g}, {t['num_train_epochs']:g} epochs, {warm}, "
+        f"{t['lr_scheduler_type']} schedule, "
         f"batch {t['per_device_train_batch_size']}x{t['gradient_accumulation_steps']}, "
         f"weight decay {t['weight_decay']:g}, encoder input {window}, augmentation "
         f"{augmentation if isinstance(augmentation, str) else json.dumps(augmentation)}"
     )
     return str(result.final_dir), timer.seconds, run_s, applied
+
+
+def tune_fitwhisper(
+    ds: DataSet, split: Split, train_m: Path, out: Path, a: argparse.Namespace
+) -> tuple[str, float, float, str]:
+    """`fitwhisper tune` as a user would run it, on the training speakers alone:
+    --tune_val_speakers of them are its held-out set (speaker-disjoint, drawn as the main
+    split draws), the others its training set; then `train --config best_config.yaml` on
+    every training speaker. The held-out speakers of the table are never seen by the search.
+    Returns what train_fitwhisper returns, the note saying what the search chose."""
+    from fitwhisper.cli import main as cli
+
+    n_val = a.tune_val_speakers
+    inner = speaker_split(split.train, len(split.train_speakers) - n_val, n_val, a.seed, ds.stratum)
+    folder = out / "search"
+    search_train = train_speed._write(folder, "train", inner.train, folder)
+    search_val = train_speed._write(folder, "validation", inner.eval, folder)
+    study = folder / "study"
+    argv = ["tune", "--model", ds.model, "--train_manifest", str(search_train),
+            "--eval_manifest", str(search_val), "--output_dir", str(study),
+            "--num_train_epochs", f"{a.epochs:g}", "--seed", str(a.seed), "--report_to", "none",
+            "--n_trials", str(a.tune_trials), "--keep_best", "1"]  # fmt: skip
+    argv += ["--language", ds.language] if ds.language else []
+    argv += ["--max_steps", "1"] if a.quick else []
+    t0 = time.perf_counter()
+    if cli(argv) != 0:
+        raise RuntimeError(f"fitwhisper tune failed (its log above; the study is in {study})")
+    search_s = time.perf_counter() - t0
+    best = study / "best_config.yaml"
+    model, loop_s, run_s, applied = train_fitwhisper(
+        ds, train_m, out / "run", None, a.seed, 1 if a.quick else None,
+        ["--config", str(best), "--no-score_before"],
+    )  # fmt: skip
+    note = (
+        f"{a.tune_trials} trials ({search_s / 60:.0f} min) trained on {len(inner.train_speakers)} "
+        f"of the training speakers and judged on the other {n_val}; the best, trained on all "
+        f"{len(split.train_speakers)}: {applied}"
+    )
+    return model, loop_s, run_s, note
 
 
 def train_standard(
@@ -453,6 +501,10 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
         out = folder / key
         if key == "zero-shot":
             outcome = score(key, ds.model, eval_m, ds, out / "eval")
+        elif key == "tuned":
+            model, loop_s, run_s, note = tune_fitwhisper(ds, split, train_m, out, a)
+            outcome = score(key, model, eval_m, ds, out / "eval")
+            outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, note
         elif key == "standard":
             model, loop_s, run_s = train_standard(ds, train_m, out, a.epochs, a.seed, max_steps)
             outcome = score(key, model, eval_m, ds, out / "eval")
@@ -592,6 +644,15 @@ def main(argv: list[str] | None = None) -> int:
         help=f"Comma-separated rows to measure, of: {', '.join(RECIPES)} (default: "
         f"{','.join(DEFAULT_RECIPES)}).",
     )
+    ap.add_argument(
+        "--tune_trials", type=int, default=8, help="The tuned row's trials (default 8)."
+    )
+    ap.add_argument(
+        "--tune_val_speakers",
+        type=int,
+        default=10,
+        help="Training speakers the tuned row's search holds out to judge its trials.",
+    )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
     ap.add_argument("--work", default=None, help="Keep runs here (default: a temp folder).")
     a = ap.parse_args(argv)
@@ -600,6 +661,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--recipes: unknown {', '.join(unknown)}; choose from {', '.join(RECIPES)}")
     if a.quick:
         a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 1
+        a.tune_trials, a.tune_val_speakers = 2, 1
+    if "tuned" in a.recipes and not 0 < a.tune_val_speakers < a.train_speakers:
+        ap.error("--tune_val_speakers must be at least 1 and fewer than --train_speakers")
     if a.clips_per_speaker is not None and a.clips_per_speaker < 1:
         ap.error("--clips_per_speaker must be at least 1 (or left out for all clips)")
     import torch
