@@ -11,9 +11,10 @@ reports it.
 
 Real tiny.en, digit strings of the shared Free Spoken Digit Dataset (tests/
 digit_strings.py), 16 steps of 8 clips under bf16 autocast (24 steps before 2026-11-28:
-the same checks passed at 16 on seeds 0-2, about 25 s sooner; the long file below). The long file is
-bench/long_form_check.py's: the 16 held-out clips with 1 s pauses, 8 s of digital silence
-and 8 s of white noise, decoded by Whisper's sequential long-form algorithm (timestamps).
+the same checks passed at 16 on seeds 0-2, about 25 s sooner; the long file below). The
+long file is bench/long_form_check.py's: the 16 held-out clips with 1 s pauses, 8 s of
+digital silence and 8 s of white noise, decoded by Whisper's sequential long-form algorithm
+(timestamps).
 """
 
 from __future__ import annotations
