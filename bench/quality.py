@@ -36,6 +36,11 @@ recipe, lr 1e-3, fitwhisper/recipes.py) and the same at full fine-tuning's lr 1e
 best_config.yaml on every training speaker; the table's held-out speakers stay unseen:
     PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,defaults,tuned
 
+A row finished in --work is kept there (`<set>/<recipe>/outcome.json`, with what it was
+measured under) and read back by a later run on the same split, epochs, seed and options:
+    PYTHONPATH=src python bench/quality.py --set zh --recipes zero-shot,standard --work W
+    PYTHONPATH=src python bench/quality.py --set zh --recipes zero-shot,defaults,standard --work W
+
 Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
 the model) on the held-out clips. Differences are paired by clip, with the 95% interval of a
 paired bootstrap (fitwhisper.report.stats.paired_bootstrap).
@@ -53,7 +58,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -496,9 +501,14 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
     max_steps = 1 if a.quick else None
     outcomes = []
     for key in a.recipes:
+        out = folder / key
+        conditions = row_conditions(ds, split, key, a)
+        if (saved := load_outcome(out, conditions)) is not None:
+            print(f"[{ds.key}] {key}: {100 * saved.rate:.2f}% (kept from {out})", flush=True)
+            outcomes.append(saved)
+            continue
         print(f"[{ds.key}] {key} ...", flush=True)
         t0 = time.perf_counter()
-        out = folder / key
         if key == "zero-shot":
             outcome = score(key, ds.model, eval_m, ds, out / "eval")
         elif key == "tuned":
@@ -517,8 +527,56 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, applied
         seconds = time.perf_counter() - t0
         print(f"[{ds.key}] {key}: {100 * outcome.rate:.2f}% ({seconds:.0f} s)", flush=True)
+        save_outcome(out, conditions, outcome)
         outcomes.append(outcome)
     return format_section(ds, split, outcomes, a)
+
+
+# --- rows kept between runs ---------------------------------------------------------------
+# A finished row is saved in its folder with what it was measured under, so a run given the
+# same --work reads it back instead of training again: the Mandarin set's rows take hours
+# on a 2-core machine, more than one sitting, and pairing by clip needs every row's
+# per-clip errors. Anything that changes the row (split, epochs, seed, options, trials)
+# makes it run again.
+
+OUTCOME_FILE = "outcome.json"
+
+
+def row_conditions(ds: DataSet, split: Split, key: str, a: argparse.Namespace) -> dict:
+    """What a row's figures depend on, as JSON-ready values."""
+    conditions = {
+        "set": ds.key,
+        "model": ds.model,
+        "recipe": key,
+        "train": sorted(r["audio"] for r in split.train),
+        "eval": sorted(r["audio"] for r in split.eval),
+        "epochs": a.epochs,
+        "seed": a.seed,
+        "quick": a.quick,
+        "options": TRAIN_OPTIONS.get(key, []),
+    }
+    if key == "zero-shot":  # nothing trains: only the held-out clips matter
+        conditions.update(train=[], epochs=None, seed=None, options=[])
+    if key == "tuned":
+        conditions.update(trials=a.tune_trials, val_speakers=a.tune_val_speakers)
+    return conditions
+
+
+def save_outcome(out: Path, conditions: dict, outcome: Outcome) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"conditions": conditions, "outcome": asdict(outcome)}
+    (out / OUTCOME_FILE).write_text(json.dumps(record, indent=1))
+
+
+def load_outcome(out: Path, conditions: dict) -> Outcome | None:
+    """The row saved in `out` if it was measured under `conditions`, else None."""
+    try:
+        record = json.loads((out / OUTCOME_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("conditions") != conditions:
+        return None
+    return Outcome(**record["outcome"])
 
 
 # --- the table ----------------------------------------------------------------------------
@@ -654,7 +712,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Training speakers the tuned row's search holds out to judge its trials.",
     )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
-    ap.add_argument("--work", default=None, help="Keep runs here (default: a temp folder).")
+    ap.add_argument(
+        "--work",
+        default=None,
+        help="Keep runs here (default: a temp folder). A row this folder already holds, "
+        "measured on the same split with the same epochs, seed and options, is read back "
+        "instead of run again, so a long set can be measured over several sittings.",
+    )
     a = ap.parse_args(argv)
     a.recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
     if unknown := [r for r in a.recipes if r not in RECIPES]:

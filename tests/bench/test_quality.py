@@ -148,3 +148,26 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
 
     assert len(speakers_of("train.jsonl")) == len(speakers_of("eval.jsonl")) == 2
     assert not speakers_of("train.jsonl") & speakers_of("eval.jsonl")
+
+    # Run again on the same work folder: the finished rows are read back, not trained again,
+    # and a row measured under other options (here a different epoch count) runs again.
+    capsys.readouterr()
+    again = tmp_path / "again.md"
+    argv = ["--set", "en", "--quick", "--recipes", "zero-shot,defaults"]
+    assert quality.main([*argv, "--out", str(again), "--work", str(work)]) == 0
+    printed = capsys.readouterr().out
+    assert "[en] zero-shot: " in printed and "[en] defaults: " in printed
+    assert printed.count("(kept from ") == 2
+    rows_again = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in again.read_text().splitlines()
+        if line.startswith("|")
+    ]
+    # The same figures and pair with zero-shot (no standard row this time to compare with).
+    assert [r[:4] + r[5:] for r in rows_again[2:]] == [r[:4] + r[5:] for r in body[:2]]
+    saved = json.loads((work / "en" / "defaults" / "outcome.json").read_text())
+    assert saved["conditions"]["epochs"] == 3
+    saved["conditions"]["epochs"] = 6
+    (work / "en" / "defaults" / "outcome.json").write_text(json.dumps(saved))
+    assert quality.main([*argv, "--work", str(work)]) == 0
+    assert capsys.readouterr().out.count("(kept from ") == 1  # zero-shot only
