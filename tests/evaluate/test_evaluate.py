@@ -237,11 +237,22 @@ def test_a_fine_tune_that_records_its_language_is_scored_in_it_without_language(
     shutil.copytree(tiny_multilingual_dir, tuned)
     gen = json.loads((tuned / "generation_config.json").read_text())
     (tuned / "generation_config.json").write_text(json.dumps(gen | {"language": "zh"}))
+    # What was decided, and why, is recorded beside the metrics (evaluate/plan.py).
+    reasons = {
+        "wer": "none: an English-only model, or detected per clip",
+        "cer": "recorded in the model's generation config (its fine-tune's language)",
+    }
     for model, metric in ((tiny_multilingual_dir, "wer"), (tuned, "cer")):
         out = tmp_path / f"ev-{metric}"
         argv = ["evaluate", str(model), str(tone_manifest), "--max_samples", "2"]
         assert main([*argv, "--generation_max_length", "4", "--output_dir", str(out), "-q"]) == 0
         assert json.loads((out / "metrics.json").read_text())["metric"] == metric
+        plan = json.loads((out / "eval_plan.json").read_text())
+        assert plan["metric"] == metric and plan["why"]["language"] == reasons[metric]
+        assert plan["language"] == (None if metric == "wer" else "zh")
+        assert (plan["dtype"], plan["generation"]) == ("float32", "greedy, at most 4 tokens")
+        assert plan["encoder_window"] == "full"
+        assert plan["why"]["encoder_window"].startswith("auto: 30 s")
     # --compare: both models in the fine-tune's language (the base was once prompted by
     # detection and the pair scored by WER).
     out = tmp_path / "compared"
@@ -249,3 +260,24 @@ def test_a_fine_tune_that_records_its_language_is_scored_in_it_without_language(
     argv += ["--max_samples", "2", "--generation_max_length", "4", "--output_dir", str(out)]
     assert main([*argv, "-q"]) == 0
     assert json.loads((out / "comparison.json").read_text())["metric"] == "cer"
+    plans = [json.loads(p.read_text()) for p in sorted(out.glob("*/eval_plan.json"))]
+    assert len(plans) == 2
+    for plan in plans:
+        assert (plan["language"], plan["metric"]) == ("zh", "cer")
+        assert plan["why"]["language"].endswith("for both models (--compare: the first model's)")
+
+
+def test_rows_tagged_with_a_language_are_prompted_and_scored_in_it_and_the_plan_says_so(
+    tiny_multilingual_dir: Path, tmp_path: Path, tone_manifest: Path
+) -> None:
+    rows = [json.loads(x) for x in tone_manifest.read_text().splitlines()][:2]
+    tagged = tone_manifest.with_name("tagged.jsonl")
+    tagged.write_text("".join(json.dumps(r | {"language": "zh"}) + "\n" for r in rows))
+    out = tmp_path / "ev"
+    argv = ["evaluate", str(tiny_multilingual_dir), str(tagged), "--output_dir", str(out)]
+    assert main([*argv, "--generation_max_length", "4", "--encoder_window", "short", "-q"]) == 0
+    plan = json.loads((out / "eval_plan.json").read_text())
+    assert (plan["language"], plan["scoring_language"], plan["metric"]) == ("zh", "zh", "cer")
+    assert plan["why"]["language"].startswith("the manifest's language column")
+    assert plan["why"]["metric"] == "auto: for zh clips"
+    assert (plan["encoder_window"], plan["why"]["encoder_window"]) == ("short", "--encoder_window")

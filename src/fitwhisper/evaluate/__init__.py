@@ -8,6 +8,8 @@ wherever it is computed. Never teacher-forced.
 - `generate`: a loaded model over a dataset (`evaluate_model`), a model over checked rows
   (`evaluate_rows`), a manifest (`evaluate_manifest`), two models side by side
   (`compare_manifest`)
+- `plan`: what a scoring decided (language, metric, encoder window, dtype) and why:
+  OUT/eval_plan.json
 - `results`: `EvalResult` and `Comparison`, and the files and tables they write
 
 `fitwhisper evaluate MODEL MANIFEST [--compare OTHER]` runs them; options are `EvalConfig`.

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, EvalConfig
+from fitwhisper.evaluate.plan import decided
 from fitwhisper.evaluate.results import Comparison, EvalResult
 from fitwhisper.evaluate.scorer import resolve_expected_script, scorer_for, scoring_language
 from fitwhisper.scoring import score
@@ -49,6 +50,7 @@ def evaluate_model(
     tags: Sequence[str | None] | None = None,
     model_name: str = "",
     audio: Sequence[str | None] = (),
+    why: Mapping[str, str] | None = None,
     **options,
 ) -> EvalResult:
     """Transcribe every clip of `dataset` by greedy generation and score it.
@@ -72,6 +74,8 @@ def evaluate_model(
         tags: each clip's language tag, for the per-language breakdown (default: languages).
         model_name: the model as the user named it, for the reports.
         audio: each clip's audio file, for the report's player (None: stored in a dataset).
+        why: reasons for decisions made before this call (the prompt's language), for the
+            result's plan (evaluate/plan.py).
     """
     from fitwhisper.chinese_script import to_script
     from fitwhisper.data.features import WhisperCollator
@@ -79,15 +83,28 @@ def evaluate_model(
     from fitwhisper.models.short_window import (
         ShortWindowCollator,
         short_generation,
-        window_for,
+        window_choice,
     )
 
     cfg = eval_config(cfg, **options)
     metric, norm = scorer_for(cfg)
     collator = collator or WhisperCollator(processor, model.config.decoder_start_token_id)
-    window = window_for(model.config, cfg.encoder_window)
+    window, window_why = window_choice(model.config, cfg.encoder_window)
     if window == "short":  # clips encoded on their own length (models/short_window.py)
         collator = ShortWindowCollator(collator)
+    # Every choice of this scoring, before it runs (evaluate/plan.py).
+    expected = resolve_expected_script(cfg.expected_script, cfg.output_script, references)
+    plan = decided(
+        model,
+        cfg,
+        metric,
+        norm,
+        window=(window, window_why),
+        expected_script=expected,
+        languages=languages,
+        model_name=model_name,
+        why=why,
+    )
     hyps: list[str] = [""] * len(dataset)
     hit_limit: dict[int, bool] = {}
     with short_generation(model) if window == "short" else contextlib.nullcontext():
@@ -111,10 +128,11 @@ def evaluate_model(
         normalizer=norm,
         model=model_name,
         languages=tuple(tags if tags is not None else (languages or ())),
-        expected_script=resolve_expected_script(cfg.expected_script, cfg.output_script, references),
+        expected_script=expected,
         output_script=cfg.output_script,
         audio=tuple(audio),
         hit_limit=tuple(hit_limit.get(i, False) for i in range(len(dataset))),
+        plan=plan,
     )
 
 
@@ -133,17 +151,17 @@ def evaluate_manifest(
     written over `cfg`.
     """
     from fitwhisper.data.usable import usable_rows
-    from fitwhisper.models.resolve import as_resolved, default_language, load_processor
+    from fitwhisper.models.resolve import as_resolved, language_choice, load_processor
 
     cfg = eval_config(cfg, **options)  # bad options fail before any work
     model = as_resolved(model_spec)  # once: processor and model load from the same
-    if cfg.language is None:
-        cfg = dataclasses.replace(cfg, language=default_language(model))
+    language, why = language_choice(model, cfg.language)
+    cfg = dataclasses.replace(cfg, language=language)
     processor = load_processor(model)
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
-    res = evaluate_rows(model, processor, data.rows, cfg, _language_token(data_cfg))
+    res = evaluate_rows(model, processor, data.rows, cfg, _language_token(data_cfg), why)
     return dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped)
 
 
@@ -160,29 +178,36 @@ def compare_manifest(
     with the first model's tokenizer; without --language both are prompted and scored in
     the first model's default language, as `evaluate_manifest` scores it alone."""
     from fitwhisper.data.usable import usable_rows
-    from fitwhisper.models.resolve import as_resolved, default_language, load_processor
+    from fitwhisper.models.resolve import as_resolved, language_choice, load_processor
 
     cfg = eval_config(cfg, **options)
     model, baseline = as_resolved(model_spec), as_resolved(baseline_spec)
-    if cfg.language is None:
-        cfg = dataclasses.replace(cfg, language=default_language(model))
+    language, why = language_choice(model, cfg.language)
+    if why != "--language":
+        why = f"{why}, for both models (--compare: the first model's)"
+    cfg = dataclasses.replace(cfg, language=language)
     processor = load_processor(model)
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
     results = []
     for spec, proc in ((model, processor), (baseline, load_processor(baseline))):
-        res = evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg))
+        res = evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg), why)
         results.append(dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped))
     return Comparison(model=results[0], baseline=results[1])
 
 
 def evaluate_rows(
-    model_spec, processor, rows: Sequence, cfg: EvalConfig, language_token: str = "per_row"
+    model_spec,
+    processor,
+    rows: Sequence,
+    cfg: EvalConfig,
+    language_token: str = "per_row",
+    language_why: str = "--language",
 ) -> EvalResult:
     """Load `model_spec` (a spec or a `ResolvedModel`) and score it on checked `rows`
-    (`data.usable.usable_rows`); the model is freed afterwards, so two models are never
-    held at once."""
+    (`data.usable.usable_rows`) in fp32; the model is freed afterwards, so two models are
+    never held at once. `language_why`: why `cfg.language` is the prompt's language."""
     import torch
 
     from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
@@ -218,6 +243,10 @@ def evaluate_rows(
             tags=[r.language or cfg.language for r in rows],
             model_name=str(getattr(model_spec, "spec", model_spec)),
             audio=[audio_file(r) for r in rows],
+            why={
+                "language": _prompt_why(prompted, lang, per_row, language_token, language_why),
+                "dtype": "scoring runs in fp32, whatever the checkpoint stores",
+            },
         )
     finally:
         # Free the model before the next one loads (--compare): memory is released between
@@ -237,6 +266,17 @@ def audio_file(row) -> str | None:
 
 def _language_token(data_cfg: DataConfig | None) -> str:
     return data_cfg.language_token if data_cfg else "per_row"
+
+
+def _prompt_why(prompted, lang, per_row, language_token: str, language_why: str) -> str:
+    """Why the clips were prompted in the language(s) they were (evaluate_rows' rule)."""
+    if language_token == "none":
+        return "--language_token none: prompted with no language token"
+    if any(r.language for r in prompted) and (per_row or lang is not None):
+        return "the manifest's language column (a row's own language wins, as in training)"
+    if lang is None:
+        return "none: an English-only model, or detected per clip"
+    return language_why
 
 
 def _language_groups(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fitwhisper.evaluate.plan import EvalPlan
 from fitwhisper.evaluate.scorer import make_scorer
 from fitwhisper.scoring import Score, TextNormalizer, score, utterance_errors
 
@@ -44,6 +45,7 @@ class EvalResult:
     output_script: str | None = None
     audio: tuple[str | None, ...] = ()
     hit_limit: tuple[bool, ...] = ()
+    plan: EvalPlan | None = None  # what was decided for this scoring, and why
 
     def utterances(self) -> list[dict]:
         """One record per clip: texts as written and as scored, and the edit errors."""
@@ -130,12 +132,15 @@ class EvalResult:
         return out
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write `predictions.jsonl` (per utterance) and `metrics.json` into out_dir."""
+        """Write `predictions.jsonl` (per utterance), `metrics.json` and, when known,
+        `eval_plan.json` (what was decided, and why) into out_dir."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         utts = self.utterances()
         _write_jsonl(out / "predictions.jsonl", utts)
         _write_json(out / "metrics.json", self.metrics(utts))
+        if self.plan is not None:
+            self.plan.write(out)
         return out
 
     def format_summary(self) -> str:
@@ -147,6 +152,7 @@ class EvalResult:
             f"clips           {s.n_utterances}" + _skipped_note(self.skipped),
             f"metric          {name} over {UNITS[s.metric]}",
             f"normaliser      {s.normalizer}",
+            *(self.plan.summary_lines() if self.plan else []),
             f"{name + ' raw':<15} {100 * s.raw:6.2f}%  (texts as written)",
             f"{name + ' normalised':<15} {100 * s.normalized:6.2f}%  "
             f"({s.errors} errors in {s.ref_units} reference {UNITS[s.metric]})",

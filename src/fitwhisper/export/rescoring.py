@@ -161,7 +161,7 @@ def rescore(
     from fitwhisper.data.audio import load_audio
     from fitwhisper.evaluate import evaluate_rows, scorer_for, scoring_language
     from fitwhisper.export.formats import FORMATS, runner
-    from fitwhisper.models.resolve import as_resolved, default_language, load_processor
+    from fitwhisper.models.resolve import as_resolved, language_choice, load_processor
     from fitwhisper.scoring import score
 
     # One check of the rows, one scorer: every model sees the same clips, scored alike.
@@ -170,7 +170,7 @@ def rescore(
     # No language given: the source is prompted with the fine-tune's recorded one (as its
     # exports' engines find it in their own files, which is checked: they get no language)
     # and it picks the metric (CER for a Mandarin fine-tune).
-    source_language = language or default_language(source_model)
+    source_language, language_why = language_choice(source_model, language)
     if rows is None:
         rows = scoring_rows(source_model, manifest, max_samples, processor=processor)
     # 30 s windows for the source too, as every engine reads them (a model trained on
@@ -179,7 +179,7 @@ def rescore(
         language=source_language, batch_size=batch_size, opencc=opencc, encoder_window="full"
     )
     t0 = time.perf_counter()
-    source_res = evaluate_rows(source_model, processor, rows, cfg)
+    source_res = evaluate_rows(source_model, processor, rows, cfg, language_why=language_why)
     source_s = time.perf_counter() - t0
     metric, norm = scorer_for(
         dataclasses.replace(cfg, language=scoring_language(rows, source_language))

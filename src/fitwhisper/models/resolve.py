@@ -172,10 +172,22 @@ def default_language(spec: str | Path | ResolvedModel) -> str | None:
     (zh for Breeze-ASR-25), else the one its generation config records (a fine-tune's),
     else None (English-only models, or a multilingual model that detects it). `evaluate`,
     export re-scoring and both engines of `transcribe` ask here."""
+    return language_choice(spec, None)[0]
+
+
+def language_choice(spec: str | Path | ResolvedModel, given: str | None) -> tuple[str | None, str]:
+    """The language a model is prompted and scored in, and why: `given` (--language) when
+    set, else `default_language`'s rule."""
     from fitwhisper.models.presets import preset_language
 
+    if given:
+        return given, "--language"
     name = spec.spec if isinstance(spec, ResolvedModel) else str(spec)
-    return preset_language(name) or recorded_language(spec)
+    if language := preset_language(name):
+        return language, f"the preset of {name}"
+    if language := recorded_language(spec):
+        return language, "recorded in the model's generation config (its fine-tune's language)"
+    return None, "none given or recorded: an English-only model, or detected per clip"
 
 
 def recorded_language(spec: str | Path | ResolvedModel) -> str | None:

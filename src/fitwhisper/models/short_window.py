@@ -97,9 +97,18 @@ def thirty_second_note(model_dir) -> str | None:
 def window_for(config, choice: str) -> str:
     """The encoder window inference uses: `choice` (full, short), or for auto the one the
     training run chose by measurement (train/window_choice.py); 30 s when none was."""
+    return window_choice(config, choice)[0]
+
+
+def window_choice(config, choice: str) -> tuple[str, str]:
+    """`window_for`'s window, and why it applies (for the records of what was decided)."""
     if choice in ("full", "short"):
-        return choice
-    return _chosen(getattr(config, CONFIG_KEY, None))
+        return choice, "--encoder_window"
+    recorded = getattr(config, CONFIG_KEY, None)
+    window = _chosen(recorded)
+    if isinstance(recorded, dict) and recorded.get("inference_window") in ("full", "short"):
+        return window, f"auto: chosen by the training run ({recorded.get('why', 'measured')})"
+    return window, "auto: 30 s, as Whisper was trained (no training run chose another)"
 
 
 def _chosen(recorded) -> str:

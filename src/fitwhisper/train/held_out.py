@@ -15,6 +15,12 @@ from fitwhisper.config import EvalConfig, ModelConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 
+# Why the held-out clips are scored at each window (the record beside the metrics).
+WINDOW_WHY = {
+    "full": "30 s, as every engine feeds the model",
+    "short": "scored beside 30 s to choose the window inference uses (train/window_choice.py)",
+}
+
 
 def score_held_out(
     model,
@@ -58,6 +64,10 @@ def score_held_out(
         collator=data.collator,
         audio=[audio_file(r) for r in rows],
         model_name=model_name,
+        why={
+            "language": "the run's (RUN/run_plan.json)",
+            "encoder_window": WINDOW_WHY[window],
+        },
     )
     res = dataclasses.replace(res, manifest=str(train_cfg.eval_manifest or ""))
     res.write(out_dir)
