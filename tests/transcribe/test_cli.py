@@ -203,9 +203,11 @@ def test_both_engines_take_the_models_default_language_without_one(
     monkeypatch.setattr(presets, "preset_language", lambda m: "zh" if m == spec else None)
     choice = EngineChoice(engine, "cpu", "test")
     options = {"vad": False, "compute_type": "float32"}
-    assert make_engine(resolve_model(spec), TranscribeOptions(**options), choice).language == "zh"
+    engine = make_engine(resolve_model(spec), TranscribeOptions(**options), choice)
+    assert (engine.language, engine.language_why) == ("zh", f"the preset of {spec}")
     given = TranscribeOptions(language="ja", **options)
-    assert make_engine(resolve_model(spec), given, choice).language == "ja"
+    engine = make_engine(resolve_model(spec), given, choice)
+    assert (engine.language, engine.language_why) == ("ja", "--language")
 
 
 def _refuse_work(monkeypatch: pytest.MonkeyPatch) -> None:

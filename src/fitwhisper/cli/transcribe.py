@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--mode batched needs the ct2 engine", hint="pass --engine ct2")
     engine = make_engine(model, opts, choice)
     print(
-        f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}",
+        f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}; "
+        f"language {engine.language or 'detected per file'} ({engine.language_why})",
         file=sys.stderr,
     )
 

@@ -81,11 +81,34 @@ def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineCho
     """Load the model into the chosen engine (exporting to CTranslate2 once if needed).
     Without --language both engines take the model's default language, the rule `evaluate`
     and export re-scoring follow (`models.resolve.default_language`: its preset's, else the
-    one its training recorded); a model with neither detects it per file."""
-    if opts.language is None and model.kind != "ct2_dir":
-        from fitwhisper.models.resolve import default_language
+    one its training recorded); a model with neither detects it per file. The engine's
+    `language_why` says which applied."""
+    opts, why = _decided_language(model, opts)
+    engine = _loaded_engine(model, opts, choice)
+    engine.language_why = why
+    return engine
 
-        opts = dataclasses.replace(opts, language=default_language(model))
+
+def _decided_language(
+    model: ResolvedModel, opts: TranscribeOptions
+) -> tuple[TranscribeOptions, str]:
+    if model.kind == "ct2_dir":  # a CTranslate2 folder: the language its export recorded
+        from fitwhisper.models.ct2_export import export_info
+
+        if opts.language:
+            return opts, "--language"
+        if recorded := export_info(Path(model.spec)).get("language"):
+            return dataclasses.replace(opts, language=recorded), "recorded by its export"
+        return opts, "none given or recorded: detected per file, or an English-only model"
+    from fitwhisper.models.resolve import language_choice
+
+    language, why = language_choice(model, opts.language)
+    if language is None:
+        why = "none given or recorded: detected per file, or an English-only model"
+    return dataclasses.replace(opts, language=language), why
+
+
+def _loaded_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice):
     if choice.name == "transformers":
         from fitwhisper.transcribe.hf_engine import TransformersEngine
 
