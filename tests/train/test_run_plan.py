@@ -145,3 +145,41 @@ def test_a_learning_rate_left_out_is_the_methods_and_one_given_always_wins() -> 
         == 2e-4
     )
     assert _lr(ModelConfig(model=base, use_lora=True), TrainConfig(), None)[0] == 1e-3
+
+
+def test_on_the_cpu_training_uses_deterministic_kernels_so_the_position_gradient_repeats() -> None:
+    """The decoder's position embedding is indexed by the same positions in every clip; on
+    the CPU its gradient (an accumulating index_put) is summed in a thread-dependent order,
+    so two runs of tiny.en drifted apart from the second step (2 threads, 71 to 117 distinct
+    gradients in 200 repeats of this block). The plan asks for torch's deterministic
+    kernels on the CPU, only while training, and the process's setting comes back after."""
+    import hashlib
+
+    import torch
+    import torch.utils.deterministic as det
+    from transformers.models.whisper.modeling_whisper import WhisperPositionalEmbedding
+
+    from fitwhisper.train.run import deterministic_kernels
+
+    plan = _plan([None])
+    assert plan.deterministic and plan.why["deterministic"].startswith("CPU")
+    assert not _plan([None], cuda=True).deterministic
+
+    torch.manual_seed(0)
+    table = WhisperPositionalEmbedding(448, 384)
+    upstream = torch.randn(8, 20, 384)
+    positions = torch.arange(20).expand(8, 20)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = set()
+    try:
+        with deterministic_kernels(plan.deterministic):
+            assert torch.are_deterministic_algorithms_enabled()
+            for _ in range(40):
+                table.weight.grad = None
+                table(positions[:, :1], position_ids=positions).backward(upstream)
+                seen.add(hashlib.sha256(table.weight.grad.numpy().tobytes()).hexdigest())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(seen) == 1
+    assert not torch.are_deterministic_algorithms_enabled() and det.fill_uninitialized_memory

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -158,7 +159,8 @@ def _train_in(
     #    resuming; a run resumed at its last step only loads that checkpoint) and save a
     #    from_pretrained-ready model with its processor, written aside and renamed into
     #    place; with load_best_model_at_end, trainer.model is the best checkpoint's.
-    step, loss = resume.train_or_finish(trainer, resume_from, len(data.train_ds))
+    with deterministic_kernels(plan.deterministic):
+        step, loss = resume.train_or_finish(trainer, resume_from, len(data.train_ds))
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = _save_final(trainer, processor, out, model_cfg)
 
@@ -186,6 +188,31 @@ def _train_in(
         skipped_steps=trainer.nonfinite_guard.skipped,
         metric=plan.metric,
     )
+
+
+@contextlib.contextmanager
+def deterministic_kernels(on: bool):
+    """torch's deterministic algorithms while the block runs (the run plan decides when),
+    the process's setting restored after. Uninitialised memory is not filled with NaN
+    (torch's debugging aid that comes with the mode): it costs time and changes no result."""
+    import torch
+    import torch.utils.deterministic as det
+
+    if not on:
+        yield
+        return
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        det.fill_uninitialized_memory,
+    )
+    torch.use_deterministic_algorithms(True)
+    det.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        det.fill_uninitialized_memory = saved[2]
 
 
 def _model_and_data(resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, precision):

@@ -53,6 +53,7 @@ class RunPlan:
     processes: int
     sharding: str  # none, deepspeed NAME, or fsdp
     optimizer: str  # Trainer's `optim`: --optim, or its fused kernel where that is faster
+    deterministic: bool = False  # torch's deterministic kernels while training
     why: dict[str, str] = field(default_factory=dict)
 
     def write(self, run_dir: Path) -> Path:
@@ -142,6 +143,7 @@ def decide(
     elif fsdp:
         sharding = "fsdp"
     optimizer = _optimizer(train_cfg.optim, sharding, cuda, why)
+    deterministic = _deterministic(cuda, why)
     return RunPlan(
         method=choices.method,
         precision=choices.precision,
@@ -154,6 +156,7 @@ def decide(
         processes=world_size,
         sharding=sharding,
         optimizer=optimizer,
+        deterministic=deterministic,
         why=why,
     )
 
@@ -189,6 +192,21 @@ def _optimizer(optim: str, sharding: str, cuda: bool, why: dict[str, str]) -> st
         why["optimizer"] = "CPU: torch's fused AdamW kernel, the same update, about 4x faster"
         return "adamw_torch_fused"
     return optim
+
+
+def _deterministic(cuda: bool, why: dict[str, str]) -> bool:
+    """torch's deterministic kernels on the CPU, where they cost nothing measurable: there the
+    decoder position embedding's gradient (every clip indexes the same rows) is otherwise
+    summed in an order that varies with the threads, so two runs of one command, or a run
+    and its resume, drift apart in the last digits (bench/RESULTS-quality.md). On a GPU they
+    are slower kernels and need CUBLAS_WORKSPACE_CONFIG, untested here: off."""
+    if cuda:
+        why["deterministic"] = "GPU: torch's default kernels (deterministic ones are slower)"
+        return False
+    why["deterministic"] = (
+        "CPU: torch's deterministic kernels, so a run and its resume are bit-identical"
+    )
+    return True
 
 
 def _apply_memory_plan(
