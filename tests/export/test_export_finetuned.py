@@ -30,6 +30,10 @@ TOLERANCE = {"ggml": 0.02}
 def _check(report: dict, formats: list[str], *, language: str) -> None:
     m = report["metric"]
     assert 0.0 < report["source"][m] < 0.6  # real transcripts, not empty ones
+    # How the source was scored, and why: no --language, so the one its fine-tune recorded.
+    plan = report["source_plan"]
+    assert (plan["language"], plan["metric"], plan["encoder_window"]) == (language, m, "full")
+    assert plan["why"]["language"].startswith("recorded in the model's generation config")
     assert report["source"]["long_file"]["times_ok"]
     assert sorted(report["formats"]) == sorted(formats)
     for fmt in formats:

@@ -161,7 +161,8 @@ def evaluate_manifest(
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
-    res = evaluate_rows(model, processor, data.rows, cfg, _language_token(data_cfg), why)
+    token = _language_token(data_cfg)
+    res = evaluate_rows(model, processor, data.rows, cfg, token, {"language": why})
     return dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped)
 
 
@@ -190,9 +191,9 @@ def compare_manifest(
     data = usable_rows(
         manifest_path, data_cfg, processor.tokenizer, limit=cfg.max_samples, purpose="scoring"
     )
-    results = []
+    results, token = [], _language_token(data_cfg)
     for spec, proc in ((model, processor), (baseline, load_processor(baseline))):
-        res = evaluate_rows(spec, proc, data.rows, cfg, _language_token(data_cfg), why)
+        res = evaluate_rows(spec, proc, data.rows, cfg, token, {"language": why})
         results.append(dataclasses.replace(res, manifest=str(manifest_path), skipped=data.skipped))
     return Comparison(model=results[0], baseline=results[1])
 
@@ -203,11 +204,12 @@ def evaluate_rows(
     rows: Sequence,
     cfg: EvalConfig,
     language_token: str = "per_row",
-    language_why: str = "--language",
+    why: Mapping[str, str] | None = None,
 ) -> EvalResult:
     """Load `model_spec` (a spec or a `ResolvedModel`) and score it on checked `rows`
     (`data.usable.usable_rows`) in fp32; the model is freed afterwards, so two models are
-    never held at once. `language_why`: why `cfg.language` is the prompt's language."""
+    never held at once. `why`: reasons the caller knows for the plan (evaluate/plan.py);
+    its "language" says why `cfg.language` is the prompt's language (default --language)."""
     import torch
 
     from fitwhisper.codeswitch import configure_no_language_token, rows_for_strategy
@@ -244,7 +246,10 @@ def evaluate_rows(
             model_name=str(getattr(model_spec, "spec", model_spec)),
             audio=[audio_file(r) for r in rows],
             why={
-                "language": _prompt_why(prompted, lang, per_row, language_token, language_why),
+                **(why or {}),
+                "language": _prompt_why(
+                    prompted, lang, per_row, language_token, (why or {}).get("language")
+                ),
                 "dtype": "scoring runs in fp32, whatever the checkpoint stores",
             },
         )
@@ -268,7 +273,7 @@ def _language_token(data_cfg: DataConfig | None) -> str:
     return data_cfg.language_token if data_cfg else "per_row"
 
 
-def _prompt_why(prompted, lang, per_row, language_token: str, language_why: str) -> str:
+def _prompt_why(prompted, lang, per_row, language_token: str, language_why: str | None) -> str:
     """Why the clips were prompted in the language(s) they were (evaluate_rows' rule)."""
     if language_token == "none":
         return "--language_token none: prompted with no language token"
@@ -276,7 +281,7 @@ def _prompt_why(prompted, lang, per_row, language_token: str, language_why: str)
         return "the manifest's language column (a row's own language wins, as in training)"
     if lang is None:
         return "none: an English-only model, or detected per clip"
-    return language_why
+    return language_why or "--language"
 
 
 def _language_groups(

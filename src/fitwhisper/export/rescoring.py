@@ -69,6 +69,7 @@ class Rescore:
     n_rows: int
     long_file_s: float = 0.0
     long_file_clips: int = 0
+    source_plan: dict | None = None  # how the source was scored, and why (evaluate/plan.py)
     metric: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +94,7 @@ class Rescore:
             "long_file": {"seconds": self.long_file_s, "clips": self.long_file_clips},
             "source": self.source.as_dict(),
             "formats": formats,
+            **({"source_plan": self.source_plan} if self.source_plan else {}),
         }
 
     def format(self) -> str:
@@ -179,7 +181,8 @@ def rescore(
         language=source_language, batch_size=batch_size, opencc=opencc, encoder_window="full"
     )
     t0 = time.perf_counter()
-    source_res = evaluate_rows(source_model, processor, rows, cfg, language_why=language_why)
+    why = {"language": language_why, "encoder_window": "30 s, as every export's engine reads"}
+    source_res = evaluate_rows(source_model, processor, rows, cfg, why=why)
     source_s = time.perf_counter() - t0
     metric, norm = scorer_for(
         dataclasses.replace(cfg, language=scoring_language(rows, source_language))
@@ -212,7 +215,12 @@ def rescore(
         langs = dict(Counter(str(o.get("language")) for o in outs))
         scored.append(Scored(fmt, FORMATS[fmt].engine, s, seconds, lf, str(folder), langs))
     return Rescore(
-        source, scored, len(rows), duration if long_file else 0.0, n_long if long_file else 0
+        source,
+        scored,
+        len(rows),
+        duration if long_file else 0.0,
+        n_long if long_file else 0,
+        dataclasses.asdict(source_res.plan) if source_res.plan else None,
     )
 
 
