@@ -250,6 +250,9 @@ RECIPES = {
     "augment-light": "fitwhisper's defaults with `--augment light`",
     "augment-medium": "fitwhisper's defaults with `--augment medium`",
     "augment-strong": "fitwhisper's defaults with `--augment strong`",
+    "full-window": "fitwhisper's defaults with `--encoder_input full` (30 s windows, as the "
+    "standard recipe)",
+    "mixed-0.25": "fitwhisper's defaults with `--full_window_share 0.25`",
     "tuned": "`fitwhisper tune` on the training speakers, its best config trained on all",
 }
 # The four rows a plain run measures; --recipes names others.
@@ -266,6 +269,8 @@ TRAIN_OPTIONS = {
     "augment-light": ["--augment", "light"],
     "augment-medium": ["--augment", "medium"],
     "augment-strong": ["--augment", "strong"],
+    "full-window": ["--encoder_input", "full"],
+    "mixed-0.25": ["--full_window_share", "0.25"],
 }
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
 # measured against).
@@ -278,6 +283,8 @@ PAIRS = (
     ("augment-light", "defaults"),
     ("augment-medium", "defaults"),
     ("augment-strong", "defaults"),
+    ("full-window", "defaults"),
+    ("mixed-0.25", "defaults"),
     ("tuned", "defaults"),
 )
 
