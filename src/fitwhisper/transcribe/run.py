@@ -89,6 +89,10 @@ def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineCho
     return engine
 
 
+# Why a run has no language: nothing asked for one or recorded it.
+_DETECTED = "none given or recorded: detected per file, or an English-only model"
+
+
 def _decided_language(
     model: ResolvedModel, opts: TranscribeOptions
 ) -> tuple[TranscribeOptions, str]:
@@ -99,12 +103,12 @@ def _decided_language(
             return opts, "--language"
         if recorded := export_info(Path(model.spec)).get("language"):
             return dataclasses.replace(opts, language=recorded), "recorded by its export"
-        return opts, "none given or recorded: detected per file, or an English-only model"
+        return opts, _DETECTED
     from fitwhisper.models.resolve import language_choice
 
     language, why = language_choice(model, opts.language)
     if language is None:
-        why = "none given or recorded: detected per file, or an English-only model"
+        why = _DETECTED
     return dataclasses.replace(opts, language=language), why
 
 
