@@ -150,7 +150,7 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
     assert not speakers_of("train.jsonl") & speakers_of("eval.jsonl")
 
     # Run again on the same work folder: the finished rows are read back, not trained again,
-    # and a row measured under other options (here a different epoch count) runs again.
+    # and a row measured under other conditions (here earlier defaults of `train`) runs again.
     capsys.readouterr()
     again = tmp_path / "again.md"
     argv = ["--set", "en", "--quick", "--recipes", "zero-shot,defaults"]
@@ -165,9 +165,13 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
     ]
     # The same figures and pair with zero-shot (no standard row this time to compare with).
     assert [r[:4] + r[5:] for r in rows_again[2:]] == [r[:4] + r[5:] for r in body[:2]]
+    from fitwhisper.config import TrainConfig
+
     saved = json.loads((work / "en" / "defaults" / "outcome.json").read_text())
     assert saved["conditions"]["epochs"] == 3
-    saved["conditions"]["epochs"] = 6
+    recorded = saved["conditions"]["defaults"]["TrainConfig"]
+    assert recorded["full_window_share"] == TrainConfig.full_window_share
+    recorded["full_window_share"] = TrainConfig.full_window_share / 2
     (work / "en" / "defaults" / "outcome.json").write_text(json.dumps(saved))
     assert quality.main([*argv, "--work", str(work)]) == 0
     assert capsys.readouterr().out.count("(kept from ") == 1  # zero-shot only
