@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -47,6 +48,20 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
     held_out = [{"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"}
                 for i in (1, 4, 6)]  # fmt: skip
     (root / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 clips of 8.0-8.7 s that --pack_clips makes 4 windows of (3, 3, 1 and 1 clips): the
+    short clips above fill one window, so each rank would train on that one window twice."""
+    root = tmp_path_factory.mktemp("long_clips")
+    rows = []
+    for i in range(8):
+        write_tone(root / f"tone_{i}.wav", 8.0 + 0.1 * i, freq=300.0 + 40 * i)
+        rows.append({"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"})
+    path = root / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
 
@@ -242,13 +257,25 @@ def test_a_killed_two_process_run_resumes_to_the_uninterrupted_losses(
 
 @pytest.mark.parametrize("batching", ["--group_by_duration", "--pack_clips"])
 def test_grouped_and_packed_batches_are_dealt_out_per_rank(
-    batching, tiny_multilingual_dir, clips, tmp_path
+    batching, tiny_multilingual_dir, clips, long_clips, tmp_path
 ) -> None:
     """Length-grouped batches and packed windows on 2 processes: each rank takes its share
     of the order one process draws, so the run equals one process with twice the
-    accumulation (packing needs timestamp tokens: the multilingual tiny model has them)."""
+    accumulation (packing needs timestamp tokens: the multilingual tiny model has them).
+    Each micro-batch also decides the same way whether it stays at 30 s (a checksum of its
+    labels), which only holds when the ranks' batches are the single process's."""
+    from fitwhisper.config import TrainConfig
+    from fitwhisper.data.packing import pack_windows
+
     one, two = tmp_path / "one", tmp_path / "two"
     extra = (batching, "--language", "en")
+    if batching == "--pack_clips":
+        clips = long_clips
+        rows = [SimpleNamespace(language=None)] * 8
+        durations = [8.0 + 0.1 * i for i in range(8)]
+        share = TrainConfig.packed_single_clip_share
+        windows = pack_windows(rows, durations, [6] * 8, single_clip_share=share)
+        assert [len(w.rows) for w in windows] == [3, 3, 1, 1]
     accumulated = _train_args(tiny_multilingual_dir, clips, one, *extra)
     _one_process([*accumulated, "--gradient_accumulation_steps", "2"])
     _ok(_torchrun("-m", "fitwhisper", *_train_args(tiny_multilingual_dir, clips, two, *extra)))
