@@ -32,22 +32,27 @@ WEIGHT_TOLERANCE = 1e-5  # measured: 6e-7 at most
 HANG_AFTER_S = 300
 
 
+def _tones(root: Path, seconds: float) -> Path:
+    """8 tones of `seconds` + 0.1 s per index, and their train.jsonl."""
+    rows = []
+    for i in range(8):
+        write_tone(root / f"tone_{i}.wav", seconds + 0.1 * i, freq=300.0 + 40 * i)
+        rows.append({"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"})
+    path = root / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """8 clips: 2 optimizer steps per epoch at 2 x 2, with no padding of the last batch
     (the distributed sampler repeats clips to even out a short one, a single process not)."""
-    root = tmp_path_factory.mktemp("clips")
-    rows = []
-    for i in range(8):
-        write_tone(root / f"tone_{i}.wav", 1.0 + 0.1 * i, freq=300.0 + 40 * i)
-        rows.append({"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"})
-    path = root / "train.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    path = _tones(tmp_path_factory.mktemp("clips"), 1.0)
     # 3 held-out clips: on 2 processes x eval batch 2 accelerate repeats one to even out
     # the last batch, and the scores must not count it.
     held_out = [{"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"}
                 for i in (1, 4, 6)]  # fmt: skip
-    (root / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
+    path.with_name("eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
     return path
 
 
@@ -55,14 +60,7 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def long_clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """8 clips of 8.0-8.7 s that --pack_clips makes 4 windows of (3, 3, 1 and 1 clips): the
     short clips above fill one window, so each rank would train on that one window twice."""
-    root = tmp_path_factory.mktemp("long_clips")
-    rows = []
-    for i in range(8):
-        write_tone(root / f"tone_{i}.wav", 8.0 + 0.1 * i, freq=300.0 + 40 * i)
-        rows.append({"audio_path": f"tone_{i}.wav", "text": f"tone number {i} is playing"})
-    path = root / "train.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
+    return _tones(tmp_path_factory.mktemp("long_clips"), 8.0)
 
 
 def _eval_args(clips: Path) -> tuple[str, ...]:
