@@ -254,6 +254,8 @@ RECIPES = {
     "standard recipe)",
     "mixed-0.05": "fitwhisper's defaults with `--full_window_share 0.05` (the default until "
     "2026-11-29)",
+    "epochs-6": "fitwhisper's defaults with `--num_train_epochs 6`",
+    "augment-medium-epochs-6": "fitwhisper's defaults with `--augment medium --num_train_epochs 6`",
     "tuned": "`fitwhisper tune` on the training speakers, its best config trained on all",
 }
 # The four rows a plain run measures; --recipes names others.
@@ -272,6 +274,9 @@ TRAIN_OPTIONS = {
     "augment-strong": ["--augment", "strong"],
     "full-window": ["--encoder_input", "full"],
     "mixed-0.05": ["--full_window_share", "0.05"],
+    # Given after --epochs' own flag, so these rows train 6 epochs whatever --epochs says.
+    "epochs-6": ["--num_train_epochs", "6"],
+    "augment-medium-epochs-6": ["--augment", "medium", "--num_train_epochs", "6"],
 }
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
 # measured against).
@@ -286,6 +291,9 @@ PAIRS = (
     ("augment-strong", "defaults"),
     ("full-window", "defaults"),
     ("mixed-0.05", "defaults"),
+    ("epochs-6", "defaults"),
+    ("augment-medium-epochs-6", "defaults"),
+    ("augment-medium-epochs-6", "epochs-6"),
     ("tuned", "defaults"),
 )
 
@@ -421,9 +429,11 @@ def tune_fitwhisper(
         ds, train_m, out / "run", None, a.seed, 1 if a.quick else None,
         ["--config", str(best), "--no-score_before"],
     )  # fmt: skip
+    # trials.md's last line says which trial best_config.yaml holds, and why.
+    chosen = (study / "trials.md").read_text().strip().splitlines()[-1]
     note = (
         f"{a.tune_trials} trials ({search_s / 60:.0f} min) trained on {len(inner.train_speakers)} "
-        f"of the training speakers and judged on the other {n_val}; the best, trained on all "
+        f"of the training speakers and judged on the other {n_val}; {chosen}; trained on all "
         f"{len(split.train_speakers)}: {applied}"
     )
     return model, loop_s, run_s, note
@@ -567,8 +577,12 @@ def row_conditions(ds: DataSet, split: Split, key: str, a: argparse.Namespace) -
         conditions.update(train=[], epochs=None, seed=None, options=[])
     elif key != "standard":  # `fitwhisper train`: what its options default to
         conditions["defaults"] = fitwhisper_defaults()
-    if key == "tuned":
-        conditions.update(trials=a.tune_trials, val_speakers=a.tune_val_speakers)
+    if key == "tuned":  # and what `tune` does with the options it is not given
+        from fitwhisper.tune_config import TuneConfig
+
+        conditions.update(
+            trials=a.tune_trials, val_speakers=a.tune_val_speakers, tune=asdict(TuneConfig())
+        )
     return conditions
 
 
@@ -659,7 +673,7 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
         f"{sum(split.strata[s] == g for s in split.eval_speakers)} held-out speakers"
         for g in sorted(set(split.strata.values()))
     )
-    run = "1 optimizer step (--quick)" if a.quick else f"{a.epochs:g} epoch(s)"
+    run = "1 optimizer step (--quick)" if a.quick else f"{a.epochs:g} epoch(s) unless a row says"
     notes = [
         f"### `{ds.model}` on {ds.title}",
         "",

@@ -4,6 +4,7 @@ search space's overrides. Kept apart from config.py so `tune`'s flags cost no im
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass
@@ -48,6 +49,16 @@ class TuneConfig:
             "min": 1,
             "help": "Trials that keep their final/ model (the best by held-out error); the "
             "others keep their logs and metrics only.",
+        },
+    )
+    choose: Literal["significant", "lowest"] = field(
+        default="significant",
+        metadata={
+            "help": "Which trial best_config.yaml holds. significant (default): the trial with "
+            "the lowest held-out error, if it beats the first trial (your own options) clip by "
+            "clip with a 95% paired-bootstrap interval below zero; otherwise your own "
+            "options, since on a small held-out set the lowest of many trials is often luck. "
+            "lowest: the lowest error, however small its lead.",
         },
     )
     heartbeat_s: int = field(

@@ -1,6 +1,6 @@
 """`fitwhisper tune` (Optuna) on tiny random Whisper models: the search space and its
 overrides, a trial the planner says will not fit, a killed tune that continues its study,
-two processes sharing one study."""
+two processes sharing one study, and which trial best_config.yaml holds."""
 
 from __future__ import annotations
 
@@ -205,3 +205,58 @@ def test_the_first_trial_runs_the_users_own_value_outside_the_searched_range(
     record = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "fitwhisper.yaml").read_text())
     assert record["train"]["learning_rate"] == 1e-5
     assert "| 1e-05 |" in (out / "trials.md").read_text()
+
+
+def _finished_study(tmp_path: Path, errors: dict[int, list[int]], *, missing: int | None = None):
+    """An in-memory study of finished trials, trial 0 the user's options, each with a run
+    folder whose predictions.jsonl holds `errors[n]` (10 units per clip)."""
+    import optuna
+
+    study = optuna.create_study()
+    dist = {"learning_rate": optuna.distributions.FloatDistribution(1e-6, 1e-2, log=True)}
+    for n, errs in errors.items():
+        run = tmp_path / f"trial-{n}"
+        (run / "eval").mkdir(parents=True)
+        if n != missing:
+            clips = [{"id": f"c{i}", "errors": e, "ref_units": 10} for i, e in enumerate(errs)]
+            (run / "eval" / "predictions.jsonl").write_text(
+                "".join(json.dumps(c) + "\n" for c in clips)
+            )
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"learning_rate": 1e-5 * (n + 1)},
+                distributions=dist,
+                value=sum(errs) / (10 * len(errs)),
+                user_attrs={"run_dir": str(run), "baseline": n == 0},
+            )
+        )
+    return study
+
+
+def test_best_config_keeps_the_users_options_unless_a_trial_beats_them_beyond_chance(
+    tmp_path: Path,
+) -> None:
+    from fitwhisper.tune.results import choose
+
+    base = [3, 2, 4, 3, 2, 3, 4, 2, 3, 3] * 4  # 40 clips
+    lucky = [e - (i == 0) for i, e in enumerate(base)]  # one clip better
+    clear = [e - 1 for e in base]  # every clip better
+    study = _finished_study(tmp_path / "a", {0: base, 1: lucky, 2: clear})
+    pick = choose(study, "significant")
+    assert (pick.trial.number, pick.lowest.number) == (2, 2)
+    assert "beyond chance" in pick.reason and "40 held-out clips" in pick.reason
+
+    study = _finished_study(tmp_path / "b", {0: base, 1: lucky})
+    pick = choose(study, "significant")
+    assert (pick.trial.number, pick.lowest.number) == (0, 1)
+    assert "kept" in pick.reason and "--choose lowest takes trial 1" in pick.reason
+    assert choose(study, "lowest").trial.number == 1
+
+    # The user's options lowest: nothing to test; a trial's clips out of reach: the lowest.
+    assert (
+        choose(_finished_study(tmp_path / "c", {0: lucky, 1: base}), "significant").trial.number
+        == 0
+    )
+    study = _finished_study(tmp_path / "d", {0: base, 1: lucky}, missing=0)
+    pick = choose(study, "significant")
+    assert pick.trial.number == 1 and "not on this machine" in pick.reason

@@ -1,5 +1,7 @@
 """Acceptance: `fitwhisper tune` on real speech finds a learning rate that beats the user's
-on speakers the training never heard, and its best_config.yaml trains it again.
+on speakers the training never heard, and its best_config.yaml trains it again (with
+`--choose lowest`: on this test's 12 held-out clips the lead is within chance, so by default
+best_config.yaml keeps the user's options).
 
 offline/tiny.en with LoRA and `--learning_rate 1e-5` (full fine-tuning's rate, which blog
 recipes give LoRA too, and LoRA's own default until fitwhisper's recipes gave it 1e-3) on
@@ -88,31 +90,29 @@ def test_tune_beats_the_users_learning_rate_and_its_config_reproduces_it(
         "-q",
     ]
     out = tmp_path / "study"
-    code = main(
-        [
-            "tune",
-            *common,
-            "--output_dir",
-            str(out),
-            "--n_trials",
-            "2",
-            "--keep_best",
-            "1",
-            "--search",
-            "learning_rate=1e-4..1e-3:log",
-            "--search",
-            "warmup_ratio=off",
-            "--search",
-            "weight_decay=off",
-            "--search",
-            "lora_r=off",
-            "--search",
-            "lora_alpha=off",
-            "--search",
-            "lora_dropout=off",
-        ]
-    )
-    assert code == 0
+    tune = [
+        "tune",
+        *common,
+        "--output_dir",
+        str(out),
+        "--n_trials",
+        "2",
+        "--keep_best",
+        "1",
+        "--search",
+        "learning_rate=1e-4..1e-3:log",
+        "--search",
+        "warmup_ratio=off",
+        "--search",
+        "weight_decay=off",
+        "--search",
+        "lora_r=off",
+        "--search",
+        "lora_alpha=off",
+        "--search",
+        "lora_dropout=off",
+    ]
+    assert main(tune) == 0
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'study.db'}")
     done = [t for t in study.get_trials() if t.state.name == "COMPLETE"]
     default = next(t for t in done if t.user_attrs.get("baseline"))
@@ -120,9 +120,16 @@ def test_tune_beats_the_users_learning_rate_and_its_config_reproduces_it(
     print({t.user_attrs.get("own", t.params).get("learning_rate"): round(t.value, 4) for t in done})
     assert best.number != default.number and best.value < default.value
 
-    # best_config.yaml trains the winning recipe again, to the same held-out error.
+    # 12 held-out clips cannot tell a 6-point lead from chance: by default best_config.yaml
+    # keeps the user's options and trials.md says why.
     config = out / "best_config.yaml"
+    assert config.read_text().startswith(f"# fitwhisper tune: trial {default.number},")
+    assert "within chance" in (out / "trials.md").read_text()
+    # --choose lowest on the finished study (no trial runs) takes the lowest error...
+    assert main([*tune, "--choose", "lowest"]) == 0
+    assert config.read_text().startswith(f"# fitwhisper tune: trial {best.number},")
     assert yaml.safe_load(config.read_text())
+    # ...and best_config.yaml trains that recipe again, to the same held-out error.
     again = tmp_path / "again"
     # (--no-score_before: the starting weights' figure is not this check's.)
     argv = ["train", "--config", str(config), "--output_dir", str(again), "--no-score_before"]

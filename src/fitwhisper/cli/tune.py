@@ -29,7 +29,8 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         "--storage), so a killed tune continues where it stopped and several tune "
         "processes can share one study. The first trial is your own options. Writes "
         "trials.md (every trial, parameter importances) and best_config.yaml (`train "
-        "--config best_config.yaml` trains the best recipe).",
+        "--config best_config.yaml` trains the best recipe: the lowest error's, if it beat "
+        "your own options by more than chance; see --choose).",
     )
 
 
@@ -48,8 +49,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"no trial finished; the study is in {r.study_dir}")
         return 1
     print(
-        f"\nbest: trial {r.best_trial}, held-out error {100 * r.best_error:.2f}% "
+        f"\nlowest held-out error: trial {r.best_trial}, {100 * r.best_error:.2f}% "
         f"({r.trials_run_here} trial(s) run by this process)"
     )
-    print(f"its options: {r.best_config} (fitwhisper train --config {r.best_config} ...)")
+    print(
+        f"trial {r.chosen_trial}'s options: {r.best_config} "
+        f"(fitwhisper train --config {r.best_config} ...)"
+    )
     return 0

@@ -4,12 +4,13 @@ judged by the held-out clips' error by generation.
 The study folder (--output_dir) holds the study's storage (SQLite by default), one normal
 run folder per trial (trials/trial-NNN), the table of trials (trials.md) and the best
 trial's options as a config for `train --config` (best_config.yaml). The study's first
-trial is the user's own options, so the table shows what the search gained over them.
+trial is the user's own options, so the table shows what the search gained over them, and
+best_config.yaml keeps them unless a trial beat them by more than chance (--choose).
 
 - space.py: the search space per method and `--search` overrides
 - study.py: the storage, the study, and trials a killed tune left running
 - trials.py: one trial: its options, fitted to memory, trained, reported for pruning
-- results.py: the best trials' models kept, the table, the best config
+- results.py: the best trials' models kept, the table, the chosen config
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TuneResult:
     study_dir: Path
-    table: str
-    best_trial: int | None
+    table: str  # trials.md, ending with the reason for the chosen trial
+    best_trial: int | None  # the lowest held-out error
     best_error: float | None
+    chosen_trial: int | None  # the one best_config.yaml holds (TuneConfig.choose)
     best_config: Path | None
     trials_run_here: int
 
@@ -66,7 +68,7 @@ def tune(
 
     from fitwhisper.recipes import RECIPE_OPTIONS, with_recipe
     from fitwhisper.train import ranks
-    from fitwhisper.tune.results import keep_best_finals, write_results
+    from fitwhisper.tune.results import BEST_CONFIG, keep_best_finals, write_results
     from fitwhisper.tune.space import own_values
     from fitwhisper.tune.study import (
         COUNTED_STATES,
@@ -133,15 +135,14 @@ def tune(
         )
     else:
         log.info("the study already holds %d counted trials", counted(study))
-    table = write_results(study, study_dir)
-    done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
-    best = min(done, key=lambda t: t.value) if done else None
+    table, choice = write_results(study, study_dir, tune_cfg.choose)
     return TuneResult(
         study_dir=study_dir,
         table=table,
-        best_trial=best.number if best else None,
-        best_error=best.value if best else None,
-        best_config=study_dir / "best_config.yaml" if best else None,
+        best_trial=choice.lowest.number if choice else None,
+        best_error=choice.lowest.value if choice else None,
+        chosen_trial=choice.trial.number if choice else None,
+        best_config=study_dir / BEST_CONFIG if choice else None,
         trials_run_here=objective.calls if objective is not None else 0,
     )
 
