@@ -16,10 +16,12 @@ The split is seeded and stratified (children and adults on en, the two corpora o
 both sides hold each kind of speaker in the set's proportion; the held-out speakers depend
 on the seed and --eval_speakers only, not on how many train.
 
-Recipes, each trained on the same clips with the same seed, epochs and batch of 8 clips:
+Recipes, each trained on the same clips with the same seed and batch of 8 clips, and the
+epochs --epochs gives or, without it, its own (the standard recipe and Whisper-Finetune
+ship 3; fitwhisper's rows take train's: 3, or more on a small set, fitwhisper/recipes.py):
 - zero-shot: the model untrained;
-- fitwhisper's defaults: `fitwhisper train` given the model, the data, the output folder,
-  the epochs and the seed, nothing else;
+- fitwhisper's defaults: `fitwhisper train` given the model, the data, the output folder
+  and the seed, nothing else;
 - the standard recipe: bench/baseline_recipe.py (the Hugging Face blog's: full
   fine-tuning, lr 1e-5, no warm-up, every clip padded to 30 s, no augmentation);
 - LoRA as Whisper-Finetune (github.com/yeyupiaoling/Whisper-Finetune, the most-used
@@ -255,6 +257,7 @@ RECIPES = {
     "mixed-0.05": "fitwhisper's defaults with `--full_window_share 0.05` (the default until "
     "2026-11-29)",
     "epochs-6": "fitwhisper's defaults with `--num_train_epochs 6`",
+    "epochs-12": "fitwhisper's defaults with `--num_train_epochs 12`",
     "augment-medium-epochs-6": "fitwhisper's defaults with `--augment medium --num_train_epochs 6`",
     "tuned": "`fitwhisper tune` on the training speakers, its best config trained on all",
 }
@@ -276,6 +279,7 @@ TRAIN_OPTIONS = {
     "mixed-0.05": ["--full_window_share", "0.05"],
     # Given after --epochs' own flag, so these rows train 6 epochs whatever --epochs says.
     "epochs-6": ["--num_train_epochs", "6"],
+    "epochs-12": ["--num_train_epochs", "12"],
     "augment-medium-epochs-6": ["--augment", "medium", "--num_train_epochs", "6"],
 }
 # Pairs compared in the notes beside the table's two columns: (recipe, the row it is
@@ -292,10 +296,20 @@ PAIRS = (
     ("full-window", "defaults"),
     ("mixed-0.05", "defaults"),
     ("epochs-6", "defaults"),
+    ("epochs-12", "defaults"),
+    ("epochs-12", "epochs-6"),
     ("augment-medium-epochs-6", "defaults"),
     ("augment-medium-epochs-6", "epochs-6"),
     ("tuned", "defaults"),
 )
+# The epochs of rows that ship their own, when --epochs is not given; fitwhisper's rows
+# then train `train`'s own (fitwhisper/recipes.py: 3, or more on a small set).
+SHIPPED_EPOCHS = {"standard": 3.0, "lora": 3.0}
+
+
+def row_epochs(key: str, a: argparse.Namespace) -> float | None:
+    """The epochs a row is given: --epochs, else what it ships; None: train's own."""
+    return a.epochs if a.epochs is not None else SHIPPED_EPOCHS.get(key)
 
 
 @dataclass
@@ -416,8 +430,9 @@ def tune_fitwhisper(
     study = folder / "study"
     argv = ["tune", "--model", ds.model, "--train_manifest", str(search_train),
             "--eval_manifest", str(search_val), "--output_dir", str(study),
-            "--num_train_epochs", f"{a.epochs:g}", "--seed", str(a.seed), "--report_to", "none",
+            "--seed", str(a.seed), "--report_to", "none",
             "--n_trials", str(a.tune_trials), "--keep_best", "1"]  # fmt: skip
+    argv += ["--num_train_epochs", f"{a.epochs:g}"] if a.epochs is not None else []
     argv += ["--language", ds.language] if ds.language else []
     argv += ["--max_steps", "1"] if a.quick else []
     t0 = time.perf_counter()
@@ -534,12 +549,13 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, note
         elif key == "standard":
-            model, loop_s, run_s = train_standard(ds, train_m, out, a.epochs, a.seed, max_steps)
+            epochs = row_epochs(key, a)
+            model, loop_s, run_s = train_standard(ds, train_m, out, epochs, a.seed, max_steps)
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, STANDARD_NOTE
         else:
             model, loop_s, run_s, applied = train_fitwhisper(
-                ds, train_m, out, a.epochs, a.seed, max_steps, TRAIN_OPTIONS[key]
+                ds, train_m, out, row_epochs(key, a), a.seed, max_steps, TRAIN_OPTIONS[key]
             )
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, applied
@@ -568,7 +584,7 @@ def row_conditions(ds: DataSet, split: Split, key: str, a: argparse.Namespace) -
         "recipe": key,
         "train": sorted(r["audio"] for r in split.train),
         "eval": sorted(r["audio"] for r in split.eval),
-        "epochs": a.epochs,
+        "epochs": row_epochs(key, a),
         "seed": a.seed,
         "quick": a.quick,
         "options": TRAIN_OPTIONS.get(key, []),
@@ -594,6 +610,7 @@ def fitwhisper_defaults() -> dict:
 
     values = {cls.__name__: asdict(cls()) for cls in (ModelConfig, DataConfig, TrainConfig)}
     values["lora_learning_rate"] = recipes.LORA_LEARNING_RATE
+    values["epochs_rule"] = [recipes.MIN_OPTIMIZER_STEPS, recipes.MAX_EPOCHS]
     return json.loads(json.dumps(values, default=str))  # as a reread record holds them
 
 
@@ -673,7 +690,12 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
         f"{sum(split.strata[s] == g for s in split.eval_speakers)} held-out speakers"
         for g in sorted(set(split.strata.values()))
     )
-    run = "1 optimizer step (--quick)" if a.quick else f"{a.epochs:g} epoch(s) unless a row says"
+    if a.quick:
+        run = "1 optimizer step (--quick)"
+    elif a.epochs is not None:
+        run = f"{a.epochs:g} epoch(s) unless a row says"
+    else:
+        run = "epochs as each row says"
     notes = [
         f"### `{ds.model}` on {ds.title}",
         "",
@@ -724,7 +746,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Keep each chosen speaker's first N clips (default: all).",
     )
-    ap.add_argument("--epochs", type=float, default=3, help="Epochs of every trained recipe.")
+    ap.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help="Epochs of every trained row (default: each row's own: 3 for the standard "
+        "recipe and Whisper-Finetune's LoRA, train's for fitwhisper's rows).",
+    )
     ap.add_argument("--seed", type=int, default=42, help="Split, training and bootstrap seed.")
     ap.add_argument(
         "--quick",

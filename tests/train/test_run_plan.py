@@ -183,3 +183,37 @@ def test_on_the_cpu_training_uses_deterministic_kernels_so_the_position_gradient
         torch.set_num_threads(threads)
     assert len(seen) == 1
     assert not torch.are_deterministic_algorithms_enabled() and det.fill_uninitialized_memory
+
+
+def test_a_small_set_trains_more_epochs_unless_epochs_or_steps_are_given() -> None:
+    """recipes.with_epochs_for_data: at least MIN_OPTIMIZER_STEPS optimizer steps in whole
+    epochs, at most MAX_EPOCHS; --num_train_epochs or --max_steps given always win."""
+    from fitwhisper.recipes import MAX_EPOCHS, MIN_OPTIMIZER_STEPS
+    from fitwhisper.train.run_plan import with_epochs_for_data
+
+    def epochs(rows: int, processes: int = 1, given=frozenset(), **train):
+        _, cfg, choices = resolve_options(
+            ModelConfig(model="offline/base"),
+            DataConfig(),
+            TrainConfig(**train),
+            None if given is None else set(given),
+        )
+        cfg, choices = with_epochs_for_data(choices, cfg, rows, processes)
+        return cfg.num_train_epochs, choices.why["num_train_epochs"]
+
+    assert MIN_OPTIMIZER_STEPS == 128
+    # 88 clips at batch 8: 11 steps an epoch, 33 in the default 3 epochs.
+    n, why = epochs(88, per_device_train_batch_size=8)
+    assert n == 12 and why.startswith("12, not 3: 11 optimizer step(s) an epoch (88 rows")
+    # 337 clips: 43 an epoch, 129 in 3: the default holds.
+    n, why = epochs(337, per_device_train_batch_size=8)
+    assert n == 3 and "129 in all" in why
+    # Two processes (or twice the accumulation) halve the steps of an epoch.
+    assert epochs(337, 2, per_device_train_batch_size=8)[0] == 6
+    assert epochs(337, per_device_train_batch_size=8, gradient_accumulation_steps=2)[0] == 6
+    assert epochs(8, per_device_train_batch_size=8)[0] == MAX_EPOCHS
+    # Given, even at the default value, or a step count: kept.
+    assert epochs(88, given={"num_train_epochs"}) == (3, "--num_train_epochs as given")
+    assert epochs(88, max_steps=40) == (3, "--max_steps as given")
+    # A library call: a value other than the default is given.
+    assert epochs(88, given=None, num_train_epochs=2)[0] == 2

@@ -260,3 +260,17 @@ def test_best_config_keeps_the_users_options_unless_a_trial_beats_them_beyond_ch
     study = _finished_study(tmp_path / "d", {0: base, 1: lucky}, missing=0)
     pick = choose(study, "significant")
     assert pick.trial.number == 1 and "not on this machine" in pick.reason
+
+
+def test_the_first_trials_epochs_are_counted_from_the_training_rows(manifests) -> None:
+    """tune applies train's epochs rule (recipes.with_epochs_for_data) to its first trial,
+    counting the manifest's rows as --max_train_samples keeps them."""
+    from fitwhisper.config import DataConfig
+    from fitwhisper.recipes import with_epochs_for_data
+    from fitwhisper.tune import _training_rows
+
+    train_cfg = TrainConfig(train_manifest=str(manifests[0]), per_device_train_batch_size=2)
+    assert _training_rows(DataConfig(), train_cfg) == 4
+    assert _training_rows(DataConfig(max_train_samples=3), train_cfg) == 3
+    # 4 rows at batch 2: 2 steps an epoch, so the most epochs the rule gives.
+    assert with_epochs_for_data(train_cfg, 4, 1, set())[0].num_train_epochs == 12

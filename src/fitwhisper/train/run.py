@@ -119,7 +119,11 @@ def _train_in(
         "checking the data",
     )
     run_rows, regression = rows.prepare_rows(model_cfg, data_cfg, train_cfg, processor, checked)
-    # With the held-out rows' languages known, the plan is whole (run_plan.py).
+    # With the training rows counted and the held-out rows' languages known, the plan is
+    # whole (run_plan.py): a small set trains more epochs (recipes.py).
+    train_cfg, choices = run_plan.with_epochs_for_data(
+        choices, train_cfg, len(run_rows.train), ranks.world_size()
+    )
     plan = run_plan.decided(choices, model_cfg, train_cfg, run_rows.eval, out)
 
     # 5-6. Model and datasets; then the Trainer.

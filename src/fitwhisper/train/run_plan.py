@@ -4,9 +4,9 @@ model loads; recorded as RUN/run_plan.json.
 Two moments, one object. `resolve_options` answers what the options alone decide, before
 anything is written: the memory plan (--plan, --auto_fit), the model's preset and the
 method, the encoder input and the precision. `RunPlan` adds what the checked rows decide
-(the language the held-out clips are scored in, hence the metric the Trainer selects the
-best checkpoint on, which must be the one it logs) and the process layout. Downstream
-code reads the plan and re-derives nothing.
+(the epochs a small set trains; the language the held-out clips are scored in, hence the
+metric the Trainer selects the best checkpoint on, which must be the one it logs) and the
+process layout. Downstream code reads the plan and re-derives nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from fitwhisper.errors import ConfigError
 from fitwhisper.method import METHODS, Method, method_of
 from fitwhisper.precision import Precision, hardware, run_precision
 from fitwhisper.recipes import options_given, with_recipe
+from fitwhisper.recipes import with_epochs_for_data as with_epochs
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class OptionChoices:
     precision: Precision
     encoder_input: str  # full, trimmed or mixed
     why: dict[str, str]
+    given: frozenset[str] = frozenset()  # the options the user chose (recipes.options_given)
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,20 @@ def resolve_options(
         if asked
         else "no --fp16/--bf16: bf16 on a GPU that has it, fp16 on other GPUs, fp32 on CPU"
     )
-    choices = OptionChoices(method_of(model_cfg).name, precision, train_cfg.encoder_input, why)
+    choices = OptionChoices(
+        method_of(model_cfg).name, precision, train_cfg.encoder_input, why, frozenset(explicit)
+    )
     return model_cfg, train_cfg, choices
+
+
+def with_epochs_for_data(
+    choices: OptionChoices, train_cfg: TrainConfig, n_rows: int, processes: int
+) -> tuple[TrainConfig, OptionChoices]:
+    """The epochs the checked training rows call for (recipes.with_epochs_for_data), and
+    the choices with its reason."""
+    train_cfg, reason = with_epochs(train_cfg, n_rows, processes, set(choices.given))
+    why = {**choices.why, "num_train_epochs": reason}
+    return train_cfg, dataclasses.replace(choices, why=why)
 
 
 def decide(

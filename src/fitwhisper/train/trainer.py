@@ -220,8 +220,9 @@ def planned_steps(
     n_rows: int, effective_batch: int, max_steps: int, epochs: float
 ) -> tuple[int, int]:
     """The optimizer steps a run makes in all, and per epoch, as Trainer counts them."""
-    # Trainer: ceil(ceil(rows / (batch x processes)) / accumulation), which equals this.
-    per_epoch = max(1, -(-n_rows // effective_batch))
+    from fitwhisper.recipes import steps_per_epoch
+
+    per_epoch = steps_per_epoch(n_rows, effective_batch)
     if max_steps > 0:
         return max_steps, per_epoch
     return math.ceil(per_epoch * epochs), per_epoch

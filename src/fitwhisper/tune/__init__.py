@@ -66,7 +66,7 @@ def tune(
     """
     import optuna
 
-    from fitwhisper.recipes import RECIPE_OPTIONS, with_recipe
+    from fitwhisper.recipes import RECIPE_OPTIONS, with_epochs_for_data, with_recipe
     from fitwhisper.train import ranks
     from fitwhisper.tune.results import BEST_CONFIG, keep_best_finals, write_results
     from fitwhisper.tune.space import own_values
@@ -81,9 +81,12 @@ def tune(
     from fitwhisper.tune.trials import Objective
 
     _check(model_cfg, data_cfg, train_cfg, ranks.world_size())
-    # The method's recipe first (recipes.py), as `train` applies it: the baseline trial is
-    # what `train` would run; its values are settled for every trial.
+    # The method's recipe and the epochs for this much data first (recipes.py), as `train`
+    # applies them: the baseline trial is what `train` would run; the values are settled
+    # for every trial.
     train_cfg, _ = with_recipe(model_cfg, train_cfg, explicit)
+    rows = _training_rows(data_cfg, train_cfg)
+    train_cfg, _ = with_epochs_for_data(train_cfg, rows, 1, explicit)
     explicit = set(explicit or ()) | set(RECIPE_OPTIONS)
     space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
     study_dir = Path(train_cfg.output_dir)
@@ -145,6 +148,16 @@ def tune(
         best_config=study_dir / BEST_CONFIG if choice else None,
         trials_run_here=objective.calls if objective is not None else 0,
     )
+
+
+def _training_rows(data_cfg: DataConfig, train_cfg: TrainConfig) -> int:
+    """The training manifest's rows (as --max_train_samples keeps them), for the epochs a
+    small set trains (recipes.py); `train` counts the rows its data check kept, which a
+    readable manifest (checked by `_check`) differs from only by the rows it skips."""
+    from fitwhisper.data.manifest import load_manifest, select
+
+    manifest = load_manifest(train_cfg.train_manifest, data_cfg.audio_column, data_cfg.text_column)
+    return len(select(manifest.rows, data_cfg.max_train_samples))
 
 
 def _check(model_cfg, data_cfg, train_cfg: TrainConfig, world: int) -> None:
