@@ -110,7 +110,10 @@ def with_epochs_for_data(
 ) -> tuple[TrainConfig, OptionChoices]:
     """The epochs the checked training rows call for (recipes.with_epochs_for_data), and
     the choices with its reason."""
+    before = train_cfg.num_train_epochs
     train_cfg, reason = with_epochs(train_cfg, n_rows, processes, set(choices.given))
+    if train_cfg.num_train_epochs != before:
+        log.info("epochs: %s", reason)
     why = {**choices.why, "num_train_epochs": reason}
     return train_cfg, dataclasses.replace(choices, why=why)
 
