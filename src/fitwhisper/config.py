@@ -340,7 +340,12 @@ class TrainConfig:
         },
     )
     num_train_epochs: float = field(
-        default=3.0, metadata={"min": 0, "help": "Passes over the data."}
+        default=3.0,
+        metadata={
+            "min": 0,
+            "help": "Passes over the data. Left out: 3, or more on a small set so the run "
+            "makes enough optimizer steps (RUN/run_plan.json says how many and why).",
+        },
     )
     logging_steps: int = field(default=10, metadata={"min": 1, "help": "Log loss every N steps."})
     eval_strategy: Literal["no", "steps", "epoch"] = field(
