@@ -14,9 +14,11 @@ its first trial, so the study's baseline is what `train` would run.
 And one that depends on the amount of data, applied once the training rows are checked:
 
     epochs 3, or more on a small set, so the run makes at least MIN_OPTIMIZER_STEPS
-           optimizer steps (at most MAX_EPOCHS): on 10 speakers' 88 clips 12 epochs scored
-           2.9 points better than 3 on unseen speakers; on 40 speakers' 337 clips (127
-           steps in 3 epochs) 6 epochs were no better
+           optimizer steps counted from the rows (at most MAX_EPOCHS): on 10 speakers' 88
+           clips 12 epochs scored 2.9 points better than 3 on unseen speakers; on 40
+           speakers' 337 clips (129 counted steps in 3 epochs) 6 epochs were no better.
+           Counted from the rows, not the batches: the mixed input's grouped batches and
+           windows of several clips make the Trainer's count 10-20% lower
 
 The measurements are in bench/RESULTS-quality.md (`bench/quality.py --recipes ...`).
 """
