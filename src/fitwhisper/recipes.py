@@ -93,12 +93,12 @@ def with_epochs_for_data(
     per_epoch = steps_per_epoch(n_rows, effective)
     base = train_cfg.num_train_epochs
     epochs = max(base, min(MAX_EPOCHS, math.ceil(MIN_OPTIMIZER_STEPS / per_epoch)))
-    steps = f"{per_epoch} optimizer step(s) an epoch ({n_rows} rows, effective batch {effective})"
+    steps = f"{n_rows} rows / effective batch {effective} = {per_epoch} step(s) an epoch"
     if epochs == base:
         return train_cfg, f"the default {base:g}: {steps}, {math.ceil(per_epoch * base)} in all"
     reason = (
         f"{epochs:g}, not {base:g}: {steps}; a small set trains at least "
-        f"{MIN_OPTIMIZER_STEPS} steps (at most {MAX_EPOCHS} epochs), which scored better on "
-        "unseen speakers (bench/RESULTS-quality.md)"
+        f"{MIN_OPTIMIZER_STEPS} steps so counted (at most {MAX_EPOCHS} epochs), which scored "
+        "better on unseen speakers (bench/RESULTS-quality.md)"
     )
     return dataclasses.replace(train_cfg, num_train_epochs=float(epochs)), reason

@@ -204,7 +204,7 @@ def test_a_small_set_trains_more_epochs_unless_epochs_or_steps_are_given() -> No
     assert MIN_OPTIMIZER_STEPS == 128
     # 88 clips at batch 8: 11 steps an epoch, 33 in the default 3 epochs.
     n, why = epochs(88, per_device_train_batch_size=8)
-    assert n == 12 and why.startswith("12, not 3: 11 optimizer step(s) an epoch (88 rows")
+    assert n == 12 and why.startswith("12, not 3: 88 rows / effective batch 8 = 11 step(s)")
     # 337 clips: 43 an epoch, 129 in 3: the default holds.
     n, why = epochs(337, per_device_train_batch_size=8)
     assert n == 3 and "129 in all" in why
