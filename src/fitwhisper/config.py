@@ -522,7 +522,8 @@ class TrainConfig:
         default=False,
         metadata={
             "help": "Batch clips (or packed windows) of similar duration together "
-            "(transformers' LengthGroupedSampler on the durations the data check measured). "
+            "(transformers' length-grouped order on the durations the data check measured, "
+            "drawn from --seed and the epoch). "
             "Only saves work with --encoder_input mixed (the default) or trimmed, where a batch "
             "is as long as its longest clip."
         },

@@ -20,14 +20,14 @@ class _Trainer(LengthGroupedTrainerMixin, _Base):
 
 @pytest.mark.parametrize(("batch", "accumulation", "world"), [(2, 2, 1), (2, 1, 2), (4, 3, 8)])
 def test_groups_span_one_optimizer_step_of_the_whole_run(batch, accumulation, world) -> None:
-    """LengthGroupedSampler sorts megabatches of 50 of its batches: sized per optimizer step
+    """The length-grouped order sorts megabatches of 50 of its batches: sized per optimizer step
     of all ranks, one process with N x the accumulation and N processes draw one order."""
     t = _Trainer()
     t.args = SimpleNamespace(train_batch_size=batch, gradient_accumulation_steps=accumulation,
-                             world_size=world)  # fmt: skip
+                             world_size=world, seed=0)  # fmt: skip
     t.train_dataset = SimpleNamespace(lengths=[1.0 + 0.01 * i for i in range(10)])
     sampler = t._get_train_sampler()
-    assert sampler.batch_size == batch * accumulation * world
+    assert sampler.group_size == batch * accumulation * world
     assert sampler.lengths == [100 + i for i in range(10)]  # 10 ms frames, rounded up
 
 

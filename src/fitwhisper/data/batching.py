@@ -1,14 +1,16 @@
 """How training clips become batches: length-grouped order (`--group_by_duration`) and
 batches cut to their longest clip for the opt-in short encoder window (`--short_encoder_input`).
 
-Grouping uses transformers' own `LengthGroupedSampler` (megabatches of 50 batches sorted by
+Grouping uses transformers' own length-grouped order (megabatches of 50 batches sorted by
 length, in random order), fed with the clip durations the data check measured, so no audio
-is decoded to find lengths. It draws from torch's global RNG like Trainer's default
-`RandomSampler`, which Trainer checkpoints and restores: resuming stays exact. Batches keep
-a fixed number of clips (per-device batch), so the memory plan and OOM back-off hold as
-they are; lhotse's `DynamicBucketingSampler` (batches of a total duration) was not used:
-it would bring lhotse's dependencies and a batch size that changes from step to step,
-which the memory planner and `BackoffTrainer` do not model.
+is decoded to find lengths. Each epoch's order is drawn from the seed and the epoch alone, as
+accelerate's `SeedableRandomSampler` draws Trainer's plain random order: evaluating, saving
+or anything else that draws from torch's global RNG between epochs (each data loader started
+draws once) leaves the training batches as they were, and a resumed run draws the same
+epochs. Batches keep a fixed number of clips (per-device batch), so the memory plan and
+OOM back-off hold as they are; lhotse's `DynamicBucketingSampler` (batches of a total
+duration) was not used: it would bring lhotse's dependencies and a batch size that changes
+from step to step, which the memory planner and `BackoffTrainer` do not model.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from fitwhisper.models.short_window import short_frames
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND
@@ -29,6 +31,28 @@ from fitwhisper.whisper_facts import FRAMES_PER_SECOND
 def sampler_lengths(lengths_s: Sequence[float]) -> list[int]:
     """Durations in 10 ms frames, as LengthGroupedSampler sorts integers (1.09 s: 109)."""
     return [math.ceil(round(s * FRAMES_PER_SECOND, 6)) for s in lengths_s]
+
+
+class EpochSeededLengthGroupedSampler(Sampler[int]):
+    """transformers' length-grouped order (`get_length_grouped_indices`, as its
+    `LengthGroupedSampler` draws it) from a generator seeded with `seed + epoch`. Trainer
+    calls `set_epoch` before each epoch, the resumed one included."""
+
+    def __init__(self, group_size: int, lengths: Sequence[int], seed: int) -> None:
+        self.group_size, self.lengths, self.seed = group_size, list(lengths), seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.group_size, generator=g))
 
 
 class LengthGroupedTrainerMixin:
@@ -43,14 +67,12 @@ class LengthGroupedTrainerMixin:
         grouped = self.group_by_length or getattr(ds, "batches_by_kind", False)
         if not grouped or lengths is None:
             return super()._get_train_sampler(train_dataset)
-        from transformers.trainer_pt_utils import LengthGroupedSampler
-
         # Its groups are sized in optimizer steps of the whole run: every rank draws the
         # same order (same seed) and accelerate deals its batches out in turn, so N
         # processes take the clips one process takes with N times the accumulation.
         args = self.args
         step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
-        return LengthGroupedSampler(step, lengths=sampler_lengths(lengths))
+        return EpochSeededLengthGroupedSampler(step, sampler_lengths(lengths), args.seed)
 
 
 class WithDurations(Dataset):

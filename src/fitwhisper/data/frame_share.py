@@ -4,8 +4,8 @@ What `--encoder_input mixed` saves is padding: the recipe pads every clip to 30 
 log-mel frames), a trimmed batch feeds each of its items up to its longest clip. With
 `--packed_window_share` some items are 30 s windows of several clips, and a batch holding
 one runs at 30 s. This module replays a run's batching with the pipeline's own pieces
-(`packing.pack_windows`, transformers' `LengthGroupedSampler` as the trainer uses it, random
-order when the trainer does not group) and counts frames, so the start-of-run log line, the
+(`packing.pack_windows`, the trainer's own length-grouped sampler, seeded random order when
+the trainer does not group) and counts frames, so the start-of-run log line, the
 demo and the benchmarks can say what a run saved without timing it: `frame_share` from the
 clips, `items_frame_share` from the training items a run has made. A batch without a
 window counts at its expected size: `--full_window_share` of 30 s and the rest of its
@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fitwhisper.data.batching import sampler_lengths
+from fitwhisper.data.batching import EpochSeededLengthGroupedSampler, sampler_lengths
 from fitwhisper.models.short_window import short_frames
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_FRAMES, WINDOW_SECONDS
 
@@ -88,7 +88,6 @@ def items_frame_share(
             optimizer step: batch x accumulation x processes); None: random order.
     """
     import torch
-    from transformers.trainer_pt_utils import LengthGroupedSampler
 
     if not item_durations_s:
         return 1.0
@@ -99,10 +98,12 @@ def items_frame_share(
     keys = None if sort_keys is None else sampler_lengths(sort_keys)
     shares = []
     for epoch in range(epochs):
-        g = torch.Generator().manual_seed(seed + epoch)
         if keys is not None:
-            order = list(LengthGroupedSampler(group_size or batch_size, lengths=keys, generator=g))
-        else:
+            sampler = EpochSeededLengthGroupedSampler(group_size or batch_size, keys, seed)
+            sampler.set_epoch(epoch)
+            order = list(sampler)
+        else:  # accelerate's SeedableRandomSampler, as Trainer draws plain random order
+            g = torch.Generator().manual_seed(seed + epoch)
             order = torch.randperm(len(frames), generator=g).tolist()
         fed = 0
         for start in range(0, len(order), batch_size):
