@@ -43,6 +43,10 @@ measured under) and read back by a later run on the same split, epochs, seed and
     PYTHONPATH=src python bench/quality.py --set zh --recipes zero-shot,standard --work W
     PYTHONPATH=src python bench/quality.py --set zh --recipes zero-shot,defaults,standard --work W
 
+Another starting model (`--model`; a multilingual one on en is prompted in English), to
+compare recipes by model size; give it its own --work:
+    PYTHONPATH=src python bench/quality.py --set en --model offline/base --work W2
+
 Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
 the model) on the held-out clips. Differences are paired by clip, with the 95% interval of a
 paired bootstrap (fitwhisper.report.stats.paired_bootstrap).
@@ -60,7 +64,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -83,6 +87,7 @@ class DataSet:
     folder: str
     model: str
     language: str | None  # None: an English-only model
+    metric: str  # WER or CER
     text_column: str
     stratum: Callable[[dict], str]  # the kind of speaker a row's speaker is
     generation_max_length: int  # about twice the set's longest transcript in tokens
@@ -100,6 +105,7 @@ SETS = {
         folder="speechocean-train",
         model="offline/tiny.en",
         language=None,
+        metric="WER",
         text_column="text",
         stratum=_age_group,
         generation_max_length=64,
@@ -111,11 +117,33 @@ SETS = {
         folder="cv-zh-train",
         model="offline/base",
         language="zh",
+        metric="CER",
         text_column="text_zh_tw",
         stratum=lambda r: r["corpus"],
         generation_max_length=128,
     ),
 }
+
+
+class SetError(ValueError):
+    """The set cannot be measured with the model asked for."""
+
+
+def with_model(ds: DataSet, model: str | None) -> DataSet:
+    """The set with another starting model: a multilingual one on the English set is
+    prompted in English (an English-only model takes no language token)."""
+    if model is None:
+        return ds
+    from transformers import GenerationConfig
+
+    from fitwhisper.models.resolve import resolve_model
+
+    gen = GenerationConfig.from_pretrained(str(resolve_model(model).path_or_id))
+    multilingual = bool(getattr(gen, "is_multilingual", False))
+    if ds.language is not None and not multilingual:
+        raise SetError(f"{model} is English-only; the {ds.key} set needs a multilingual model")
+    language = ds.language or ("en" if multilingual else None)
+    return replace(ds, model=model, language=language)
 
 
 # --- the split ----------------------------------------------------------------------------
@@ -640,7 +668,7 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
     by_key = {o.key: o for o in outcomes}
     for o in outcomes:  # pairing needs the same clips in the same order
         assert o.ids == outcomes[0].ids, f"{o.key} scored other clips"
-    metric = "WER" if ds.language is None else "CER"
+    metric = ds.metric
     # Clip ids are the manifest's audio paths (train_speed._write resolves them).
     audio_group = {str(Path(r["audio"]).resolve()): split.strata[r["speaker"]] for r in split.eval}
     groups = sorted(set(audio_group.values())) if ds.breakdown else []
@@ -753,6 +781,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Epochs of every trained row (default: each row's own: 3 for the standard "
         "recipe and Whisper-Finetune's LoRA, train's for fitwhisper's rows).",
     )
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="The model every row starts from (default: the set's own, offline/tiny.en for "
+        "en and offline/base for zh); a multilingual model on en is prompted in English. "
+        "Give each model its own --work.",
+    )
     ap.add_argument("--seed", type=int, default=42, help="Split, training and bootstrap seed.")
     ap.add_argument(
         "--quick",
@@ -800,11 +835,14 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     try:  # every split checked before anything trains
-        splits = {k: split_set(SETS[k], a) for k in (("en", "zh") if a.set == "all" else (a.set,))}
-    except SplitError as e:
+        sets = [
+            with_model(SETS[k], a.model) for k in (("en", "zh") if a.set == "all" else (a.set,))
+        ]
+        splits = [(ds, split_set(ds, a)) for ds in sets]
+    except (SetError, SplitError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    sections = [run_set(SETS[k], split, a, work) for k, split in splits.items()]
+    sections = [run_set(ds, split, a, work) for ds, split in splits]
     command = argv if argv is not None else sys.argv[1:]
     text = "\n\n".join([_header(command, time.perf_counter() - t0), *sections]) + "\n"
     print(text, flush=True)

@@ -109,6 +109,16 @@ def test_mandarin_table_has_cer_and_traditional_share():
     assert body[3][4].startswith("-5.0 (")  # paired by clip: the interval is printed
 
 
+def test_another_model_on_a_set_is_prompted_in_its_language_and_scored_by_its_metric():
+    """`--model`: a multilingual model on the English set is prompted in English and still
+    scored by WER; an English-only one cannot take the Mandarin set."""
+    en = quality.with_model(quality.SETS["en"], "offline/base")
+    assert (en.model, en.language, en.metric) == ("offline/base", "en", "WER")
+    assert quality.with_model(quality.SETS["en"], None) is quality.SETS["en"]
+    with pytest.raises(quality.SetError, match="English-only"):
+        quality.with_model(quality.SETS["zh"], "offline/tiny.en")
+
+
 @pytest.mark.slow
 def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(quality, "SHARED", shared_data)
