@@ -48,8 +48,9 @@ compare recipes by model size; give it its own --work:
     PYTHONPATH=src python bench/quality.py --set en --model offline/base --work W2
 
 Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
-the model) on the held-out clips. Differences are paired by clip, with the 95% interval of a
-paired bootstrap (fitwhisper.report.stats.paired_bootstrap).
+the model) on the held-out clips; the -beam5 rows score a row's model by beam search of 5.
+Differences are paired by clip, with the 95% interval of a paired bootstrap
+(fitwhisper.report.stats.paired_bootstrap).
 """
 
 from __future__ import annotations
@@ -277,6 +278,8 @@ RECIPES = {
     "lora-3e-3": "fitwhisper's LoRA defaults with `--learning_rate 3e-3`",
     "full-3.75e-5": "fitwhisper's defaults with `--learning_rate 3.75e-5` (tiny's pretraining "
     "rate 1.5e-3 / 40)",
+    "full-2.5e-5": "fitwhisper's defaults with `--learning_rate 2.5e-5` (base's pretraining "
+    "rate 1e-3 / 40)",
     "augment-light": "fitwhisper's defaults with `--augment light`",
     "augment-medium": "fitwhisper's defaults with `--augment medium`",
     "augment-strong": "fitwhisper's defaults with `--augment strong`",
@@ -288,7 +291,12 @@ RECIPES = {
     "epochs-12": "fitwhisper's defaults with `--num_train_epochs 12`",
     "augment-medium-epochs-6": "fitwhisper's defaults with `--augment medium --num_train_epochs 6`",
     "tuned": "`fitwhisper tune` on the training speakers, its best config trained on all",
+    "zero-shot-beam5": "zero-shot, scored by beam search of 5",
+    "defaults-beam5": "fitwhisper's defaults (the same model), scored by beam search of 5",
 }
+# Rows that train nothing: another decoding of the model a row above scored greedily
+# (named before it in --recipes, run or kept in --work): (that row, beams).
+DECODING_ROWS = {"zero-shot-beam5": ("zero-shot", 5), "defaults-beam5": ("defaults", 5)}
 # The four rows a plain run measures; --recipes names others.
 DEFAULT_RECIPES = ("zero-shot", "defaults", "standard", "lora")
 # What `fitwhisper train` is given beyond the model, data, epochs and seed.
@@ -300,6 +308,7 @@ TRAIN_OPTIONS = {
     "lora-3e-4": ["--use_lora", "--learning_rate", "3e-4"],
     "lora-3e-3": ["--use_lora", "--learning_rate", "3e-3"],
     "full-3.75e-5": ["--learning_rate", "3.75e-5"],
+    "full-2.5e-5": ["--learning_rate", "2.5e-5"],
     "augment-light": ["--augment", "light"],
     "augment-medium": ["--augment", "medium"],
     "augment-strong": ["--augment", "strong"],
@@ -318,6 +327,7 @@ PAIRS = (
     ("lora-3e-4", "lora-defaults"),
     ("lora-3e-3", "lora-defaults"),
     ("full-3.75e-5", "defaults"),
+    ("full-2.5e-5", "defaults"),
     ("augment-light", "defaults"),
     ("augment-medium", "defaults"),
     ("augment-strong", "defaults"),
@@ -329,6 +339,8 @@ PAIRS = (
     ("augment-medium-epochs-6", "defaults"),
     ("augment-medium-epochs-6", "epochs-6"),
     ("tuned", "defaults"),
+    ("zero-shot-beam5", "zero-shot"),
+    ("defaults-beam5", "defaults"),
 )
 # The epochs of rows that ship their own, when --epochs is not given; fitwhisper's rows
 # then train `train`'s own (fitwhisper/recipes.py: 3, or more on a small set).
@@ -512,8 +524,11 @@ def train_standard(
     return str(final), timer.seconds, time.perf_counter() - t0
 
 
-def score(key: str, model: str, eval_m: Path, ds: DataSet, out: Path) -> Outcome:
-    """Greedy generation at 30 s input on the held-out clips, fitwhisper's scorer."""
+def score(
+    key: str, model: str, eval_m: Path, ds: DataSet, out: Path, num_beams: int = 1
+) -> Outcome:
+    """Generation at 30 s input on the held-out clips (greedy unless `num_beams`),
+    fitwhisper's scorer."""
     from fitwhisper.evaluate import evaluate_manifest
 
     res = evaluate_manifest(
@@ -523,6 +538,7 @@ def score(key: str, model: str, eval_m: Path, ds: DataSet, out: Path) -> Outcome
         batch_size=BATCH,
         generation_max_length=ds.generation_max_length,
         encoder_window="full",
+        num_beams=num_beams,
     )
     res.write(out)
     utts = res.utterances()
@@ -561,16 +577,22 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
     )
     max_steps = 1 if a.quick else None
     outcomes = []
+    trained = set()  # rows run (not read back) here: a decoding row of one runs again too
     for key in a.recipes:
         out = folder / key
         conditions = row_conditions(ds, split, key, a)
-        if (saved := load_outcome(out, conditions)) is not None:
+        retrained = DECODING_ROWS.get(key, ("",))[0] in trained
+        if not retrained and (saved := load_outcome(out, conditions)) is not None:
             print(f"[{ds.key}] {key}: {100 * saved.rate:.2f}% (kept from {out})", flush=True)
             outcomes.append(saved)
             continue
         print(f"[{ds.key}] {key} ...", flush=True)
         t0 = time.perf_counter()
-        if key == "zero-shot":
+        if key in DECODING_ROWS:
+            source, beams = DECODING_ROWS[key]
+            model = next(o.model for o in outcomes if o.key == source)
+            outcome = score(key, model, eval_m, ds, out / "eval", num_beams=beams)
+        elif key == "zero-shot":
             outcome = score(key, ds.model, eval_m, ds, out / "eval")
         elif key == "tuned":
             model, loop_s, run_s, note = tune_fitwhisper(ds, split, train_m, out, a)
@@ -591,6 +613,7 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
         print(f"[{ds.key}] {key}: {100 * outcome.rate:.2f}% ({seconds:.0f} s)", flush=True)
         save_outcome(out, conditions, outcome)
         outcomes.append(outcome)
+        trained.add(key)
     return format_section(ds, split, outcomes, a)
 
 
@@ -606,6 +629,9 @@ OUTCOME_FILE = "outcome.json"
 
 def row_conditions(ds: DataSet, split: Split, key: str, a: argparse.Namespace) -> dict:
     """What a row's figures depend on, as JSON-ready values."""
+    if key in DECODING_ROWS:  # the scored row's model, decoded otherwise
+        source, beams = DECODING_ROWS[key]
+        return row_conditions(ds, split, source, a) | {"recipe": key, "num_beams": beams}
     conditions = {
         "set": ds.key,
         "model": ds.model,
@@ -728,7 +754,8 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
         f"### `{ds.model}` on {ds.title}",
         "",
         f"Speaker-disjoint split, seed {a.seed} ({kinds}); {run}, batch {BATCH}, seed "
-        f"{a.seed} in every recipe; scored by greedy generation at 30 s input, {metric} "
+        f"{a.seed} in every recipe; scored by greedy generation (beam search where a row "
+        f"says so) at 30 s input, {metric} "
         "after fitwhisper's normaliser for the language. Differences: recipe minus the "
         "named row, in percentage points, paired by clip.",
         "",
@@ -821,6 +848,9 @@ def main(argv: list[str] | None = None) -> int:
     a.recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
     if unknown := [r for r in a.recipes if r not in RECIPES]:
         ap.error(f"--recipes: unknown {', '.join(unknown)}; choose from {', '.join(RECIPES)}")
+    for key, (source, _) in DECODING_ROWS.items():
+        if key in a.recipes and source not in a.recipes[: a.recipes.index(key)]:
+            ap.error(f"--recipes: {key} scores the model of the {source} row: name {source} first")
     if a.quick:
         a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 1
         a.tune_trials, a.tune_val_speakers = 2, 1

@@ -122,6 +122,17 @@ class EvalConfig:
             "help": "Longest transcript, in tokens.",
         },
     )
+    num_beams: int = field(
+        default=1,
+        metadata={
+            "min": 1,
+            "max": 16,
+            "why": "each beam is a copy of the decoder's state, and more than 16 gains nothing",
+            "help": "1: greedy, as training's scores and every export's re-scoring decode. 5: "
+            "beam search, as openai-whisper's and faster-whisper's transcription decode by "
+            "default; slower, and lower error by what `bench/RESULTS-quality.md` measured.",
+        },
+    )
     max_samples: int | None = field(
         default=None,
         metadata={"min": 1, "none": "all", "help": "Score only the first N usable rows."},

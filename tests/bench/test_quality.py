@@ -163,18 +163,25 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
     # and a row measured under other conditions (here earlier defaults of `train`) runs again.
     capsys.readouterr()
     again = tmp_path / "again.md"
-    argv = ["--set", "en", "--quick", "--recipes", "zero-shot,defaults"]
+    # A decoding row scores the kept defaults row's model by beam search, training nothing.
+    argv = ["--set", "en", "--quick", "--recipes", "zero-shot,defaults,defaults-beam5"]
     assert quality.main([*argv, "--out", str(again), "--work", str(work)]) == 0
     printed = capsys.readouterr().out
     assert "[en] zero-shot: " in printed and "[en] defaults: " in printed
-    assert printed.count("(kept from ") == 2
+    assert printed.count("(kept from ") == 2 and "[en] defaults-beam5 ..." in printed
+    beam = json.loads((work / "en" / "defaults-beam5" / "outcome.json").read_text())
+    assert beam["outcome"]["model"] == str(work / "en" / "defaults" / "final")
+    plan = json.loads((work / "en" / "defaults-beam5" / "eval" / "eval_plan.json").read_text())
+    assert plan["generation"].startswith("beam search of 5")
+    with pytest.raises(SystemExit):  # the row it decodes must come first
+        quality.main(["--set", "en", "--quick", "--recipes", "defaults-beam5,defaults"])
     rows_again = [
         [c.strip() for c in line.strip("|").split("|")]
         for line in again.read_text().splitlines()
         if line.startswith("|")
     ]
     # The same figures and pair with zero-shot (no standard row this time to compare with).
-    assert [r[:4] + r[5:] for r in rows_again[2:]] == [r[:4] + r[5:] for r in body[:2]]
+    assert [r[:4] + r[5:] for r in rows_again[2:4]] == [r[:4] + r[5:] for r in body[:2]]
     from fitwhisper.config import TrainConfig
 
     saved = json.loads((work / "en" / "defaults" / "outcome.json").read_text())
@@ -186,4 +193,5 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
     recorded["full_window_share"] = TrainConfig.full_window_share / 2
     (work / "en" / "defaults" / "outcome.json").write_text(json.dumps(saved))
     assert quality.main([*argv, "--work", str(work)]) == 0
-    assert capsys.readouterr().out.count("(kept from ") == 1  # zero-shot only
+    assert capsys.readouterr().out.count("(kept from ") == 1  # zero-shot only: the defaults
+    # ran again, so its beam-search row did too

@@ -281,3 +281,22 @@ def test_rows_tagged_with_a_language_are_prompted_and_scored_in_it_and_the_plan_
     assert plan["why"]["language"].startswith("the manifest's language column")
     assert plan["why"]["metric"] == "auto: for zh clips"
     assert (plan["encoder_window"], plan["why"]["encoder_window"]) == ("short", "--encoder_window")
+
+
+def test_beam_search_is_asked_of_generate_and_named_in_the_plan(
+    tiny_whisper_dir: Path, tone_manifest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import WhisperForConditionalGeneration
+
+    beams: list[int] = []
+    generate = WhisperForConditionalGeneration.generate
+
+    def spy(self, *args, **kwargs):
+        beams.append(kwargs["num_beams"])
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(WhisperForConditionalGeneration, "generate", spy)
+    res = evaluate_manifest(str(tiny_whisper_dir), tone_manifest, batch_size=3,
+                            generation_max_length=8, num_beams=3)  # fmt: skip
+    assert res.score.n_utterances == 6 and beams == [3, 3]  # two batches of three clips
+    assert res.plan.generation == "beam search of 3, at most 8 tokens"

@@ -53,7 +53,8 @@ def evaluate_model(
     why: Mapping[str, str] | None = None,
     **options,
 ) -> EvalResult:
-    """Transcribe every clip of `dataset` by greedy generation and score it.
+    """Transcribe every clip of `dataset` by generation (greedy unless `cfg.num_beams`) and
+    score it.
 
     The collator, batch size and generation settings are those of training-time evaluation,
     so the numbers agree; it runs on this process alone, whatever the process group
@@ -66,7 +67,7 @@ def evaluate_model(
         dataset: a torch Dataset yielding {"input_features", "labels"}, in reference order.
         references: the manifest's transcripts, one per clip.
         ids: row ids for the per-utterance file.
-        cfg: metric, normaliser, scripts, batch size, generation length; `cfg.language`
+        cfg: metric, normaliser, scripts, batch size, beams, generation length; `cfg.language`
             picks metric and normaliser when those are not given. `options` are EvalConfig
             fields written over it.
         languages: each clip's language token for generation; clips are generated in
@@ -115,6 +116,7 @@ def evaluate_model(
             processor.tokenizer,
             batch_size=cfg.batch_size,
             max_length=cfg.generation_max_length,
+            num_beams=cfg.num_beams,
             groups=_language_groups(languages, len(dataset)),
             hit_limit=hit_limit,
         )

@@ -84,7 +84,8 @@ def decided(
         output_script=cfg.output_script,
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         batch_size=cfg.batch_size,
-        generation=f"greedy, at most {cfg.generation_max_length or gen.max_length} tokens",
+        generation=f"{'greedy' if cfg.num_beams == 1 else f'beam search of {cfg.num_beams}'}, "
+        f"at most {cfg.generation_max_length or gen.max_length} tokens",
         why={
             "language": "the model's generation config",
             "metric": "--metric" if cfg.metric else scored_as,

@@ -43,6 +43,7 @@ def generate_texts(
     batch_size: int,
     max_length: int | None,
     groups: Sequence[tuple[str | None, list[int]]],
+    num_beams: int = 1,
     hit_limit: dict[int, bool] | None = None,
 ) -> dict[int, str]:
     """Each clip's generated text, by dataset index, group by group (Whisper prompts a batch
@@ -75,7 +76,7 @@ def generate_texts(
             cut: list[bool] = []
             for batch in batches:
                 inputs = {k: v for k, v in batch.items() if k not in _TEACHER_FORCING_KEYS}
-                ids, chunk = _generate_batch(model, inputs, device, max_length, chunk)
+                ids, chunk = _generate_batch(model, inputs, device, max_length, num_beams, chunk)
                 out += decode(tokenizer, ids)
                 cut += [
                     _hit_limit(row, tokenizer.eos_token_id, max_length or gen.max_length)
@@ -101,13 +102,14 @@ def _hit_limit(row: list[int], eos: int, max_length: int | None) -> bool:
 
 
 def _generate_batch(
-    model, inputs: dict[str, Any], device, max_length: int | None, chunk: int
+    model, inputs: dict[str, Any], device, max_length: int | None, num_beams: int, chunk: int
 ) -> tuple[list[list[int]], int]:
     """The batch's generated ids (one list per clip), in chunks of `chunk` clips; on
     out-of-memory the failed chunk and those after it are redone at half the size
     (generation has no side effects). Returns the ids and the chunk size that fitted."""
-    # Seq2SeqTrainer's: greedy, and max_length only when set (else the generation config's).
-    settings = {"num_beams": 1} | ({"max_length": max_length} if max_length else {})
+    # Seq2SeqTrainer's: greedy unless asked, and max_length only when set (else the
+    # generation config's).
+    settings = {"num_beams": num_beams} | ({"max_length": max_length} if max_length else {})
     ids: list[list[int]] = []
     pending = split_rows(inputs, chunk)
     while pending:
