@@ -525,9 +525,9 @@ def train_standard(
 
 
 def score(
-    key: str, model: str, eval_m: Path, ds: DataSet, out: Path, num_beams: int = 1
+    key: str, model: str, eval_m: Path, ds: DataSet, out: Path, beam_size: int = 1
 ) -> Outcome:
-    """Generation at 30 s input on the held-out clips (greedy unless `num_beams`),
+    """Generation at 30 s input on the held-out clips (greedy unless `beam_size`),
     fitwhisper's scorer."""
     from fitwhisper.evaluate import evaluate_manifest
 
@@ -538,7 +538,7 @@ def score(
         batch_size=BATCH,
         generation_max_length=ds.generation_max_length,
         encoder_window="full",
-        num_beams=num_beams,
+        beam_size=beam_size,
     )
     res.write(out)
     utts = res.utterances()
@@ -591,7 +591,7 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
         if key in DECODING_ROWS:
             source, beams = DECODING_ROWS[key]
             model = next(o.model for o in outcomes if o.key == source)
-            outcome = score(key, model, eval_m, ds, out / "eval", num_beams=beams)
+            outcome = score(key, model, eval_m, ds, out / "eval", beam_size=beams)
         elif key == "zero-shot":
             outcome = score(key, ds.model, eval_m, ds, out / "eval")
         elif key == "tuned":
@@ -631,7 +631,7 @@ def row_conditions(ds: DataSet, split: Split, key: str, a: argparse.Namespace) -
     """What a row's figures depend on, as JSON-ready values."""
     if key in DECODING_ROWS:  # the scored row's model, decoded otherwise
         source, beams = DECODING_ROWS[key]
-        return row_conditions(ds, split, source, a) | {"recipe": key, "num_beams": beams}
+        return row_conditions(ds, split, source, a) | {"recipe": key, "beam_size": beams}
     conditions = {
         "set": ds.key,
         "model": ds.model,

@@ -122,15 +122,14 @@ class EvalConfig:
             "help": "Longest transcript, in tokens.",
         },
     )
-    num_beams: int = field(
+    beam_size: int = field(
         default=1,
         metadata={
+            "aliases": ["--beam-size"],
             "min": 1,
-            "max": 16,
-            "why": "each beam is a copy of the decoder's state, and more than 16 gains nothing",
             "help": "1: greedy, as training's scores and every export's re-scoring decode. 5: "
-            "beam search, as openai-whisper's and faster-whisper's transcription decode by "
-            "default; slower, and lower error by what `bench/RESULTS-quality.md` measured.",
+            "beam search, as faster-whisper and openai-whisper's command line decode by "
+            "default; slower.",
         },
     )
     max_samples: int | None = field(

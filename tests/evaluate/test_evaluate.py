@@ -297,6 +297,6 @@ def test_beam_search_is_asked_of_generate_and_named_in_the_plan(
 
     monkeypatch.setattr(WhisperForConditionalGeneration, "generate", spy)
     res = evaluate_manifest(str(tiny_whisper_dir), tone_manifest, batch_size=3,
-                            generation_max_length=8, num_beams=3)  # fmt: skip
+                            generation_max_length=8, beam_size=3)  # fmt: skip
     assert res.score.n_utterances == 6 and beams == [3, 3]  # two batches of three clips
     assert res.plan.generation == "beam search of 3, at most 8 tokens"

@@ -53,7 +53,7 @@ def evaluate_model(
     why: Mapping[str, str] | None = None,
     **options,
 ) -> EvalResult:
-    """Transcribe every clip of `dataset` by generation (greedy unless `cfg.num_beams`) and
+    """Transcribe every clip of `dataset` by generation (greedy unless `cfg.beam_size`) and
     score it.
 
     The collator, batch size and generation settings are those of training-time evaluation,
@@ -116,7 +116,7 @@ def evaluate_model(
             processor.tokenizer,
             batch_size=cfg.batch_size,
             max_length=cfg.generation_max_length,
-            num_beams=cfg.num_beams,
+            num_beams=cfg.beam_size,
             groups=_language_groups(languages, len(dataset)),
             hit_limit=hit_limit,
         )

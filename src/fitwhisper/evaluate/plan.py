@@ -84,7 +84,7 @@ def decided(
         output_script=cfg.output_script,
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         batch_size=cfg.batch_size,
-        generation=f"{'greedy' if cfg.num_beams == 1 else f'beam search of {cfg.num_beams}'}, "
+        generation=f"{'greedy' if cfg.beam_size == 1 else f'beam search of {cfg.beam_size}'}, "
         f"at most {cfg.generation_max_length or gen.max_length} tokens",
         why={
             "language": "the model's generation config",
