@@ -66,7 +66,6 @@ def report_quietly(folder: str | Path) -> Path | None:
     except Exception as e:  # the report must never fail the run it describes
         log.warning("could not write the HTML report of %s: %s", folder, e)
         return None
-    log.info("report: %s", path)
     return path
 
 

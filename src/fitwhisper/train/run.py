@@ -259,7 +259,8 @@ def _publish(out: Path, final_dir: Path, train_cfg: TrainConfig) -> None:
     from fitwhisper.report import report_quietly
 
     write_run_card(out, final_dir)
-    report_quietly(out)
+    if (page := report_quietly(out)) is not None:
+        log.info("report: %s", page)
     if train_cfg.push_to_hub:
         from fitwhisper.train.hub import push_final
 
