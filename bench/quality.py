@@ -27,7 +27,9 @@ ship 3; fitwhisper's rows take train's: 3, or more on a small set, fitwhisper/re
 - LoRA as Whisper-Finetune (github.com/yeyupiaoling/Whisper-Finetune, the most-used
   community fine-tuner) ships it: adapters on q_proj, k_proj, v_proj, out_proj, fc1 and
   fc2, r 32, alpha 64, dropout 0.05, lr 1e-3 with warm-up (10% of the steps here; it ships
-  50 steps), 30 s input, no augmentation; through fitwhisper's own LoRA path.
+  50 steps), 30 s input, no augmentation; through fitwhisper's own LoRA path;
+- zero-shot-beam5, defaults-beam5: that row's model again, scored by beam search of 5
+  (nothing trains).
 
 `--recipes` also measures fitwhisper's LoRA defaults (`--use_lora` alone: the method's
 recipe, lr 1e-3, fitwhisper/recipes.py) and the same at full fine-tuning's lr 1e-5:
@@ -297,6 +299,13 @@ RECIPES = {
 # Rows that train nothing: another decoding of the model a row above scored greedily
 # (named before it in --recipes, run or kept in --work): (that row, beams).
 DECODING_ROWS = {"zero-shot-beam5": ("zero-shot", 5), "defaults-beam5": ("defaults", 5)}
+
+
+def model_row(key: str) -> str:
+    """The row whose model `key` scores: itself, or the one a decoding row decodes again."""
+    return DECODING_ROWS[key][0] if key in DECODING_ROWS else key
+
+
 # The four rows a plain run measures; --recipes names others.
 DEFAULT_RECIPES = ("zero-shot", "defaults", "standard", "lora")
 # What `fitwhisper train` is given beyond the model, data, epochs and seed.
@@ -581,7 +590,7 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
     for key in a.recipes:
         out = folder / key
         conditions = row_conditions(ds, split, key, a)
-        retrained = DECODING_ROWS.get(key, ("",))[0] in trained
+        retrained = key in DECODING_ROWS and model_row(key) in trained
         if not retrained and (saved := load_outcome(out, conditions)) is not None:
             print(f"[{ds.key}] {key}: {100 * saved.rate:.2f}% (kept from {out})", flush=True)
             outcomes.append(saved)
@@ -724,7 +733,7 @@ def format_section(ds: DataSet, split: Split, outcomes: list[Outcome], a) -> str
     for o in outcomes:
         cells = [
             RECIPES[o.key],
-            "0" if o.key == "zero-shot" else n_train,
+            "0" if model_row(o.key) == "zero-shot" else n_train,
             n_eval,
             f"{100 * o.rate:.1f}",
             versus(o, "standard"),
