@@ -300,3 +300,4 @@ def test_beam_search_is_asked_of_generate_and_named_in_the_plan(
                             generation_max_length=8, beam_size=3)  # fmt: skip
     assert res.score.n_utterances == 6 and beams == [3, 3]  # two batches of three clips
     assert res.plan.generation == "beam search of 3, at most 8 tokens"
+    assert "decoding        beam search of 3, at most 8 tokens" in res.format_summary()

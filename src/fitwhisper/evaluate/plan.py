@@ -51,6 +51,7 @@ class EvalPlan:
         return [
             f"language        {prompt} ({self.why.get('language', 'given')})",
             f"encoder window  {self.encoder_window} ({self.why.get('encoder_window', 'given')})",
+            f"decoding        {self.generation}",
         ]
 
 
