@@ -289,6 +289,7 @@ RECIPES = {
     "standard recipe)",
     "mixed-0.05": "fitwhisper's defaults with `--full_window_share 0.05` (the default until "
     "2026-11-29)",
+    "epochs-3": "fitwhisper's defaults with `--num_train_epochs 3` (before the epochs rule)",
     "epochs-6": "fitwhisper's defaults with `--num_train_epochs 6`",
     "epochs-12": "fitwhisper's defaults with `--num_train_epochs 12`",
     "augment-medium-epochs-6": "fitwhisper's defaults with `--augment medium --num_train_epochs 6`",
@@ -324,6 +325,7 @@ TRAIN_OPTIONS = {
     "full-window": ["--encoder_input", "full"],
     "mixed-0.05": ["--full_window_share", "0.05"],
     # Given after --epochs' own flag, so these rows train 6 epochs whatever --epochs says.
+    "epochs-3": ["--num_train_epochs", "3"],
     "epochs-6": ["--num_train_epochs", "6"],
     "epochs-12": ["--num_train_epochs", "12"],
     "augment-medium-epochs-6": ["--augment", "medium", "--num_train_epochs", "6"],
@@ -342,6 +344,7 @@ PAIRS = (
     ("augment-strong", "defaults"),
     ("full-window", "defaults"),
     ("mixed-0.05", "defaults"),
+    ("defaults", "epochs-3"),
     ("epochs-6", "defaults"),
     ("epochs-12", "defaults"),
     ("epochs-12", "epochs-6"),
