@@ -324,7 +324,7 @@ TRAIN_OPTIONS = {
     "augment-strong": ["--augment", "strong"],
     "full-window": ["--encoder_input", "full"],
     "mixed-0.05": ["--full_window_share", "0.05"],
-    # Given after --epochs' own flag, so these rows train 6 epochs whatever --epochs says.
+    # Given after --epochs' own flag, so these rows train their epochs whatever --epochs says.
     "epochs-3": ["--num_train_epochs", "3"],
     "epochs-6": ["--num_train_epochs", "6"],
     "epochs-12": ["--num_train_epochs", "12"],
