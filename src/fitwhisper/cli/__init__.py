@@ -73,6 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    from fitwhisper.train import ranks
+
+    return ranks.end_process(_run(args, common))
+
+
+def _run(args: argparse.Namespace, common: CommonOptions) -> int:
+    """The command's exit code; a user's error is printed as one paragraph."""
     try:
         try:
             return int(args.func(args) or 0)

@@ -72,8 +72,32 @@ def finish() -> None:
     on an H200)."""
     import torch.distributed as dist
 
+    global _main_alone_group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _main_alone_group = None  # destroyed only once nothing holds it: its threads end here
+
+
+def end_process(code: int) -> int:
+    """Under a launcher, end this process with `code` now, without the interpreter's
+    shutdown; otherwise return `code`.
+
+    A gloo thread still running when the interpreter shuts down aborts the process ("terminate
+    called without an active exception", exit -6: the thread, taking the GIL to free a
+    tensor, is ended by the shutdown from inside C++), and the launcher then fails a finished
+    run. destroy_process_group does not end every such thread: a DistributedDataParallel
+    model keeps its process group, threads and all, alive in C++ until the process ends
+    (torch 2.13). So the exit handlers run (logging, trackers) and the process ends here.
+    """
+    if world_size() <= 1:
+        return code
+    import atexit
+    import sys
+
+    atexit._run_exitfuncs()  # what the interpreter's shutdown would run first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def fsdp_asked() -> bool:
