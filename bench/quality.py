@@ -36,7 +36,8 @@ recipe, lr 1e-3, fitwhisper/recipes.py) and the same at full fine-tuning's lr 1e
     PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,lora-1e-5,lora-defaults
 
 `tuned` runs `fitwhisper tune` as a user would, on the training speakers alone
-(--tune_val_speakers of them held out to judge its --tune_trials trials), then trains its
+(--tune_val_speakers of them held out to judge its --tune_trials trials, or with
+--tune_folds N every one of them by cross-validation), then trains its
 best_config.yaml on every training speaker; the table's held-out speakers stay unseen:
     PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,defaults,tuned
 
@@ -475,14 +476,35 @@ def tune_fitwhisper(
     from fitwhisper.cli import main as cli
 
     n_val = a.tune_val_speakers
-    inner = speaker_split(split.train, len(split.train_speakers) - n_val, n_val, a.seed, ds.stratum)
     folder = out / "search"
-    search_train = train_speed._write(folder, "train", inner.train, folder)
-    search_val = train_speed._write(folder, "validation", inner.eval, folder)
     study = folder / "study"
-    argv = ["tune", "--model", ds.model, "--train_manifest", str(search_train),
-            "--eval_manifest", str(search_val), "--output_dir", str(study),
-            "--seed", str(a.seed), "--report_to", "none",
+    if a.tune_folds > 1:  # cross-validation over every training speaker
+        search_train = folder / "train.jsonl"
+        folder.mkdir(parents=True, exist_ok=True)
+        search_train.write_text(
+            "".join(
+                json.dumps({"audio": r["audio"], "text": r["text"], "speaker": r["speaker"]}) + "\n"
+                for r in split.train
+            )
+        )
+        judge = ["--folds", str(a.tune_folds)]
+        judged = (
+            f"each judged by {a.tune_folds}-fold cross-validation over the "
+            f"{len(split.train_speakers)} training speakers"
+        )
+    else:
+        inner = speaker_split(
+            split.train, len(split.train_speakers) - n_val, n_val, a.seed, ds.stratum
+        )
+        search_train = train_speed._write(folder, "train", inner.train, folder)
+        search_val = train_speed._write(folder, "validation", inner.eval, folder)
+        judge = ["--eval_manifest", str(search_val)]
+        judged = (
+            f"trained on {len(inner.train_speakers)} of the training speakers and judged on "
+            f"the other {n_val}"
+        )
+    argv = ["tune", "--model", ds.model, "--train_manifest", str(search_train), *judge,
+            "--output_dir", str(study), "--seed", str(a.seed), "--report_to", "none",
             "--n_trials", str(a.tune_trials), "--keep_best", "1"]  # fmt: skip
     argv += ["--num_train_epochs", f"{a.epochs:g}"] if a.epochs is not None else []
     argv += ["--language", ds.language] if ds.language else []
@@ -499,8 +521,7 @@ def tune_fitwhisper(
     # trials.md's last line says which trial best_config.yaml holds, and why.
     chosen = (study / "trials.md").read_text().strip().splitlines()[-1]
     note = (
-        f"{a.tune_trials} trials ({search_s / 60:.0f} min) trained on {len(inner.train_speakers)} "
-        f"of the training speakers and judged on the other {n_val}; {chosen}; trained on all "
+        f"{a.tune_trials} trials ({search_s / 60:.0f} min) {judged}; {chosen}; trained on all "
         f"{len(split.train_speakers)}: {applied}"
     )
     return model, loop_s, run_s, note
@@ -663,7 +684,10 @@ def row_conditions(ds: DataSet, split: Split, key: str, a: argparse.Namespace) -
         from fitwhisper.tune_config import TuneConfig
 
         conditions.update(
-            trials=a.tune_trials, val_speakers=a.tune_val_speakers, tune=asdict(TuneConfig())
+            trials=a.tune_trials,
+            val_speakers=None if a.tune_folds > 1 else a.tune_val_speakers,
+            folds=a.tune_folds,
+            tune=asdict(TuneConfig()),
         )
     return conditions
 
@@ -848,6 +872,13 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="Training speakers the tuned row's search holds out to judge its trials.",
     )
+    ap.add_argument(
+        "--tune_folds",
+        type=int,
+        default=1,
+        help="Judge the tuned row's trials by `tune --folds N` (cross-validation over every "
+        "training speaker) instead of on --tune_val_speakers held out (default 1: held out).",
+    )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
     ap.add_argument(
         "--work",
@@ -866,6 +897,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.train_speakers, a.eval_speakers, a.clips_per_speaker = 2, 2, 1
         a.tune_trials, a.tune_val_speakers = 2, 1
+    if "tuned" in a.recipes and a.tune_folds < 1:
+        ap.error("--tune_folds must be at least 1")
     if "tuned" in a.recipes and not 0 < a.tune_val_speakers < a.train_speakers:
         ap.error("--tune_val_speakers must be at least 1 and fewer than --train_speakers")
     if a.clips_per_speaker is not None and a.clips_per_speaker < 1:

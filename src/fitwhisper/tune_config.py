@@ -43,6 +43,24 @@ class TuneConfig:
             "metavar": "NAME=SPEC",
         },
     )
+    folds: int = field(
+        default=1,
+        metadata={
+            "min": 1,
+            "max": 20,
+            "why": "each fold is a training run per trial",
+            "help": "Judge each trial by cross-validation over speakers instead of on "
+            "--eval_manifest: the training manifest's speakers (--speaker_column) are dealt "
+            "into N folds, each trial trains N times, each time without one fold, and its "
+            "error is over every training clip, scored by a run that never heard its "
+            "speaker. N times the training per trial; trials are told apart on all your "
+            "speakers rather than on a few held out. 1 (default): --eval_manifest judges.",
+        },
+    )
+    speaker_column: str = field(
+        default="speaker",
+        metadata={"help": "The training manifest's speaker column, for --folds."},
+    )
     keep_best: int = field(
         default=3,
         metadata={

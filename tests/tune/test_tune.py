@@ -81,6 +81,8 @@ def _args(model: Path, manifests, out: Path, *extra: str) -> list[str]:
         "--report_to": "none",
         "--heartbeat_s": 1,
     }
+    if held_out is None:  # --folds judges the trials
+        del flags["--eval_manifest"]
     return ["tune", *(str(x) for pair in flags.items() for x in pair), "-q", *extra]
 
 
@@ -274,3 +276,94 @@ def test_the_first_trials_epochs_are_counted_from_the_training_rows(manifests) -
     assert _training_rows(DataConfig(max_train_samples=3), train_cfg) == 3
     # 4 rows at batch 2: 2 steps an epoch, so the most epochs the rule gives.
     assert with_epochs_for_data(train_cfg, 4, 1, set())[0].num_train_epochs == 12
+
+
+@pytest.fixture(scope="module")
+def speakers_manifest(tmp_path_factory) -> Path:
+    """8 clips by 4 speakers (2 each), audio paths relative to the manifest."""
+    root = tmp_path_factory.mktemp("tune-speakers")
+    words = ["yes", "no", "up", "down", "left", "right", "on", "off"]
+    rows = []
+    for i, word in enumerate(words):
+        write_tone(root / f"{i}.wav", 1.0 + 0.1 * i, freq=300 + 40 * i)
+        rows.append({"audio": f"{i}.wav", "text": word, "speaker": f"s{i // 2}"})
+    path = root / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_folds_deal_whole_speakers_and_keep_every_clip(speakers_manifest, tmp_path) -> None:
+    from fitwhisper.config import DataConfig
+    from fitwhisper.errors import DataError
+    from fitwhisper.tune.folds import write_folds
+
+    folds = write_folds(str(speakers_manifest), DataConfig(), 2, "speaker", 0, tmp_path)
+    held = [[json.loads(x) for x in f.held_out.read_text().splitlines()] for f in folds]
+    trained = [[json.loads(x) for x in f.train.read_text().splitlines()] for f in folds]
+    assert [len(h) for h in held] == [4, 4]
+    assert sorted(r["text"] for h in held for r in h) == sorted(
+        json.loads(x)["text"] for x in speakers_manifest.read_text().splitlines()
+    )
+    for h, t in zip(held, trained, strict=True):
+        assert not {r["speaker"] for r in h} & {r["speaker"] for r in t}
+        assert len(h) + len(t) == 8
+        assert all(Path(r["audio"]).is_file() for r in h + t)  # made absolute
+    again = write_folds(str(speakers_manifest), DataConfig(), 2, "speaker", 0, tmp_path)
+    assert again == folds
+    with pytest.raises(DataError, match="too few for --folds 5"):
+        write_folds(str(speakers_manifest), DataConfig(), 5, "speaker", 0, tmp_path)
+    with pytest.raises(DataError, match="8 rows .* have no 'spk'"):
+        write_folds(str(speakers_manifest), DataConfig(), 2, "spk", 0, tmp_path)
+
+
+def test_folds_judge_each_trial_on_every_training_clip(
+    tiny_whisper_dir, speakers_manifest, tmp_path
+) -> None:
+    """--folds 2: each trial trains twice, each run scoring the speakers it left out; the
+    trial's error is over all 8 clips, and best_config.yaml trains on the whole manifest."""
+    from fitwhisper.cli import main
+
+    out = tmp_path / "study"
+    args = _args(tiny_whisper_dir, (speakers_manifest, None), out, "--n_trials", "2")
+    assert main([*args, "--folds", "2", "--search", "weight_decay=off"]) == 0
+    for t in _study(out).get_trials():
+        run = Path(t.user_attrs["run_dir"])
+        pooled = [json.loads(x) for x in (run / "eval/predictions.jsonl").read_text().splitlines()]
+        assert len(pooled) == 8
+        errors = sum(r["errors"] for r in pooled) / sum(r["ref_units"] for r in pooled)
+        assert t.value == pytest.approx(errors)
+        assert sorted(t.intermediate_values) == [0, 1]
+        for k in (0, 1):
+            assert (run / f"fold-{k}" / "eval" / "metrics.json").is_file()
+            assert not (run / f"fold-{k}" / "final").exists()  # a means, not a result
+    best = yaml.safe_load((out / "best_config.yaml").read_text())
+    assert best["train"]["train_manifest"] == str(speakers_manifest)
+    assert best["train"]["eval_manifest"] is None
+    # Both ways of judging at once is refused before any trial.
+    both = _args(tiny_whisper_dir, (speakers_manifest, speakers_manifest), tmp_path / "x")
+    assert main([*both, "--folds", "2"]) == 1
+    assert not (tmp_path / "x" / "trials").exists()
+
+
+def test_a_killed_cross_validated_trial_resumes_in_its_fold(
+    tiny_whisper_dir, speakers_manifest, tmp_path
+) -> None:
+    """Killed after fold 1's first checkpoint: the rerun trains neither fold 0 (scored)
+    again nor fold 1 from the start."""
+    out = tmp_path / "study"
+    args = _args(tiny_whisper_dir, (speakers_manifest, None), out, "--n_trials", "1")
+    args += ["--folds", "2", "--num_train_epochs", "2", "--max_steps", "-1"]
+    killed = _run([sys.executable, str(HERE / "kill_in_fold.py"), "1", *args])
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    trial = out / "trials" / "trial-000"
+    scored_before = (trial / "fold-0" / "eval" / "predictions.jsonl").stat().st_mtime_ns
+    assert list((trial / "fold-1").glob("checkpoint-*"))
+    from fitwhisper.cli import main
+
+    assert main(args) == 0
+    assert (trial / "fold-0" / "eval" / "predictions.jsonl").stat().st_mtime_ns == scored_before
+    record = yaml.safe_load((trial / "fold-1" / "fitwhisper.yaml").read_text())
+    assert "checkpoint-" in str(record["resolved"]["resumed_from"])
+    counted = [t for t in _study(out).get_trials() if t.state.name == "COMPLETE"]
+    assert len(counted) == 1
+    assert len((trial / "eval" / "predictions.jsonl").read_text().splitlines()) == 8

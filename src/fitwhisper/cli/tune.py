@@ -23,7 +23,8 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
         help="Search learning rate, epochs, warm-up, LoRA shape (Optuna) by held-out error.",
         description="Runs trials of `train` with some options drawn from a search space "
         "(per method; --search changes it), each a normal run folder under "
-        "--output_dir/trials, judged by its error on --eval_manifest by generation; Optuna "
+        "--output_dir/trials, judged by its error on --eval_manifest by generation (or, "
+        "with --folds N, on every training speaker by cross-validation); Optuna "
         "prunes trials that fall behind, and the memory planner prunes a trial that would "
         "not fit the GPU before it loads. The study lives in --output_dir/study.db (or "
         "--storage), so a killed tune continues where it stopped and several tune "

@@ -156,6 +156,28 @@ def select(rows: Sequence[T], n: int | None) -> list[T]:
     return list(rows) if n is None else list(rows[: max(0, n)])
 
 
+def file_records(path: Path) -> list[dict | None]:
+    """The rows of a manifest file as written, in `load_manifest`'s order (None for a row it
+    could not read): the columns it does not use too, such as a speaker.
+
+    Raises:
+        DataError: a folder (audiofolder, `save_to_disk`) rather than a file.
+    """
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv", ".tab"):
+        records = _read_csv(path, delimiter="," if suffix == ".csv" else "\t")
+    elif suffix == ".json" and _first_char(path) == "[":
+        records = _read_json_list(path)
+    elif suffix in (".json", ".jsonl", ".ndjson"):
+        records = _read_jsonl(path)
+    else:
+        raise DataError(
+            f"{path} is not a manifest file: its rows cannot be written out again",
+            hint="write the rows as a .jsonl, .json or .csv file",
+        )
+    return [obj for _, obj, _ in records]
+
+
 # --- records: (line, dict | None, problem detail) from each format ----------------------
 
 _Record = tuple[int, dict[str, Any] | None, str | None]

@@ -68,6 +68,7 @@ def tune(
 
     from fitwhisper.recipes import RECIPE_OPTIONS, with_epochs_for_data, with_recipe
     from fitwhisper.train import ranks
+    from fitwhisper.tune.folds import write_folds
     from fitwhisper.tune.results import BEST_CONFIG, keep_best_finals, write_results
     from fitwhisper.tune.space import own_values
     from fitwhisper.tune.study import (
@@ -80,7 +81,7 @@ def tune(
     )
     from fitwhisper.tune.trials import Objective
 
-    _check(model_cfg, data_cfg, train_cfg, ranks.world_size())
+    _check(model_cfg, data_cfg, train_cfg, tune_cfg, ranks.world_size())
     # The method's recipe and the epochs for this much data first (recipes.py), as `train`
     # applies them: the baseline trial is what `train` would run; the values are settled
     # for every trial.
@@ -96,6 +97,18 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     name = tune_cfg.study_name or study_dir.resolve().name
     with setting_up(study_dir):
+        folds = (
+            write_folds(
+                train_cfg.train_manifest,
+                data_cfg,
+                tune_cfg.folds,
+                tune_cfg.speaker_column,
+                train_cfg.seed,
+                study_dir,
+            )
+            if tune_cfg.folds > 1
+            else []
+        )
         storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
         study = open_study(storage, name, train_cfg.seed)
         # The user's own options run first, and again if that trial failed (a bad row,
@@ -125,6 +138,7 @@ def tune(
             study_dir,
             explicit,
             _memory_budget(train_cfg),
+            folds,
         )
         states = tuple(getattr(optuna.trial.TrialState, s) for s in COUNTED_STATES)
         study.optimize(
@@ -160,15 +174,25 @@ def _training_rows(data_cfg: DataConfig, train_cfg: TrainConfig) -> int:
     return len(select(manifest.rows, data_cfg.max_train_samples))
 
 
-def _check(model_cfg, data_cfg, train_cfg: TrainConfig, world: int) -> None:
+def _check(model_cfg, data_cfg, train_cfg: TrainConfig, tune_cfg: TuneConfig, world: int) -> None:
     """What `tune` needs, and `train`'s own checks of the options, before any trial."""
     from fitwhisper.train.validation import validate
 
-    if not train_cfg.eval_manifest:
+    if tune_cfg.folds > 1 and train_cfg.eval_manifest:
         raise ConfigError(
-            "tune needs --eval_manifest: each trial is judged by its error on held-out clips",
+            f"--folds {tune_cfg.folds} judges each trial on the training speakers it left "
+            "out; --eval_manifest would judge it a second way",
+            hint="give one: --folds N (cross-validation over the training manifest's "
+            "speakers) or --eval_manifest (clips of other speakers)",
+        )
+    if tune_cfg.folds == 1 and not train_cfg.eval_manifest:
+        raise ConfigError(
+            "tune needs --eval_manifest or --folds: each trial is judged by its error on "
+            "held-out clips",
             hint="hold out clips the training never sees, ideally of other speakers "
-            "(`fitwhisper check-data` counts them), and pass them as --eval_manifest",
+            "(`fitwhisper check-data` counts them), and pass them as --eval_manifest; or "
+            "give --folds 3 to judge each trial on every training speaker by a run that "
+            "left that speaker out (needs a speaker column)",
         )
     if world > 1:
         raise ConfigError(

@@ -18,6 +18,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.tune.folds import Fold
 from fitwhisper.tune.space import Dimension
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Objective:
     study_dir: Path
     explicit: set[str]
     budget_bytes: int | None  # GPU memory a trial must fit; None: not checked (no GPU)
+    folds: list[Fold] = dataclasses.field(default_factory=list)  # --folds; none: eval_manifest
     calls: int = 0  # trials this process ran (the study may hold other processes' too)
 
     def __call__(self, trial) -> float:
@@ -66,7 +68,11 @@ class Objective:
             if name not in outside
         }
         model_cfg, train_cfg = options_for(
-            self.model_cfg, self.train_cfg, sampled | self.fixed, self.explicit
+            self.model_cfg,
+            self.train_cfg,
+            sampled | self.fixed,
+            self.explicit,
+            judged_in_training=not self.folds,
         )
         train_cfg = dataclasses.replace(train_cfg, output_dir=str(out), **_restart(out))
         if self.budget_bytes is not None:
@@ -75,6 +81,8 @@ class Objective:
         trial.set_user_attr("per_device_train_batch_size", train_cfg.per_device_train_batch_size)
         trial.set_user_attr("gradient_accumulation_steps", train_cfg.gradient_accumulation_steps)
         log.info("trial %d: %s", trial.number, ", ".join(f"{k}={v}" for k, v in sampled.items()))
+        if self.folds:
+            return self._cross_validated(trial, model_cfg, train_cfg, set(sampled))
         try:
             result = train(
                 model_cfg,
@@ -89,12 +97,56 @@ class Objective:
         trial.set_user_attr("metric", result.metric)
         return value
 
+    def _cross_validated(self, trial, model_cfg, train_cfg: TrainConfig, sampled: set) -> float:
+        """The trial trained once per fold, each scoring the fold it left out; its error is
+        over every fold's clips. A fold scored before the trial's process was killed is not
+        trained again. Optuna's pruner hears the pooled error after each fold."""
+        import optuna
+
+        from fitwhisper.errors import OutOfMemoryError
+        from fitwhisper.train import train
+
+        out = Path(train_cfg.output_dir)
+        scored: list[dict] = []
+        for fold in self.folds:
+            run = out / f"fold-{fold.number}"
+            if not _scored(run):
+                fold_cfg = dataclasses.replace(
+                    train_cfg,
+                    train_manifest=str(fold.train),
+                    eval_manifest=str(fold.held_out),
+                    output_dir=str(run),
+                    **_restart(run),
+                )
+                try:
+                    result = train(
+                        model_cfg, self.data_cfg, fold_cfg, explicit=self.explicit | sampled
+                    )
+                except OutOfMemoryError as e:
+                    raise optuna.TrialPruned(f"out of memory: {e.message}") from e
+                trial.set_user_attr("metric", result.metric)
+                _drop_models(run)  # the fold's model is a means: best_config trains on all
+            scored += _predictions(run)
+            error = pooled_error(scored)
+            trial.report(error, fold.number)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"{error:.4f} after fold {fold.number}")
+        _write_pooled(out, scored, self.train_cfg, self.data_cfg)
+        return pooled_error(scored)
+
 
 def options_for(
-    model_cfg: ModelConfig, train_cfg: TrainConfig, values: dict[str, Any], explicit: set[str]
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    values: dict[str, Any],
+    explicit: set[str],
+    *,
+    judged_in_training: bool = True,
 ) -> tuple[ModelConfig, TrainConfig]:
     """The configs with `values` written over them (each name is a field of one of the two),
-    and evaluations during training, for the pruner, unless the user chose otherwise."""
+    and evaluations during training, for the pruner, unless the user chose otherwise
+    (`judged_in_training` False: --folds, whose pruner hears after each fold; a checkpoint
+    each epoch still, for a resume)."""
     model_names = {f.name for f in dataclasses.fields(ModelConfig)}
     model_cfg = dataclasses.replace(
         model_cfg, **{k: v for k, v in values.items() if k in model_names}
@@ -102,7 +154,10 @@ def options_for(
     train_cfg = dataclasses.replace(
         train_cfg, **{k: v for k, v in values.items() if k not in model_names}
     )
-    if train_cfg.eval_strategy == "no" and "eval_strategy" not in explicit:
+    if not judged_in_training:
+        if train_cfg.save_strategy == "no" and "save_strategy" not in explicit:
+            train_cfg = dataclasses.replace(train_cfg, save_strategy="epoch", save_total_limit=1)
+    elif train_cfg.eval_strategy == "no" and "eval_strategy" not in explicit:
         if train_cfg.max_steps > 0:
             steps = max(1, train_cfg.max_steps // 3)
             train_cfg = dataclasses.replace(train_cfg, eval_strategy="steps", eval_steps=steps)
@@ -119,6 +174,54 @@ def options_for(
     # The starting weights score the same in every trial; the study's first trial (the
     # user's own options) is the baseline instead.
     return model_cfg, dataclasses.replace(train_cfg, score_before=False)
+
+
+def pooled_error(scored: list[dict]) -> float:
+    """The error over the clips of several folds: their errors over their reference units
+    (words or characters), as one set's WER or CER is counted."""
+    units = sum(r["ref_units"] for r in scored)
+    return sum(r["errors"] for r in scored) / units if units else 0.0
+
+
+def _scored(run: Path) -> bool:
+    from fitwhisper.report.compare import predictions_file
+
+    return (run / "eval" / "metrics.json").is_file() and predictions_file(run).is_file()
+
+
+def _predictions(run: Path) -> list[dict]:
+    from fitwhisper.report.compare import predictions_file
+    from fitwhisper.report.gather import read_jsonl
+
+    return read_jsonl(predictions_file(run))
+
+
+def _drop_models(run: Path) -> None:
+    import shutil
+
+    for folder in (run / "final", *run.glob("checkpoint-*")):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_pooled(out: Path, scored: list[dict], user_cfg: TrainConfig, data_cfg) -> None:
+    """The trial folder as a run's, for the table, the choice and best_config.yaml: every
+    fold's clips in eval/predictions.jsonl, and the first fold's run record with your own
+    training manifest (best_config.yaml trains on all of it) and no held-out one."""
+    import json
+
+    import yaml
+
+    from fitwhisper.train.record import manifest_hashes
+
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in scored)
+    (out / "eval" / "predictions.jsonl").write_text(lines, encoding="utf-8")
+    record = yaml.safe_load((out / "fold-0" / "fitwhisper.yaml").read_text(encoding="utf-8"))
+    record["train"]["train_manifest"] = user_cfg.train_manifest
+    record["train"]["eval_manifest"] = None
+    record["data"]["max_train_samples"] = data_cfg.max_train_samples
+    record["manifests"] = manifest_hashes(user_cfg, data_cfg)
+    (out / "fitwhisper.yaml").write_text(yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
 
 
 def _restart(out: Path) -> dict[str, Any]:
