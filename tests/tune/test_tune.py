@@ -316,40 +316,15 @@ def test_folds_deal_whole_speakers_and_keep_every_clip(speakers_manifest, tmp_pa
         write_folds(str(speakers_manifest), DataConfig(), 2, "spk", 0, tmp_path)
 
 
-def test_folds_judge_each_trial_on_every_training_clip(
+def test_folds_judge_each_trial_on_every_clip_and_a_killed_trial_resumes_in_its_fold(
     tiny_whisper_dir, speakers_manifest, tmp_path
 ) -> None:
-    """--folds 2: each trial trains twice, each run scoring the speakers it left out; the
-    trial's error is over all 8 clips, and best_config.yaml trains on the whole manifest."""
+    """--folds 2: each trial trains twice, each run scoring the speakers it left out, and its
+    error is over all 8 clips. Killed after fold 1's first checkpoint, the rerun trains
+    neither fold 0 (scored) again nor fold 1 from the start; best_config.yaml trains on the
+    whole manifest."""
     from fitwhisper.cli import main
 
-    out = tmp_path / "study"
-    args = _args(tiny_whisper_dir, (speakers_manifest, None), out, "--n_trials", "2")
-    assert main([*args, "--folds", "2", "--search", "weight_decay=off"]) == 0
-    for t in _study(out).get_trials():
-        run = Path(t.user_attrs["run_dir"])
-        pooled = [json.loads(x) for x in (run / "eval/predictions.jsonl").read_text().splitlines()]
-        assert len(pooled) == 8
-        errors = sum(r["errors"] for r in pooled) / sum(r["ref_units"] for r in pooled)
-        assert t.value == pytest.approx(errors)
-        assert sorted(t.intermediate_values) == [0, 1]
-        for k in (0, 1):
-            assert (run / f"fold-{k}" / "eval" / "metrics.json").is_file()
-            assert not (run / f"fold-{k}" / "final").exists()  # a means, not a result
-    best = yaml.safe_load((out / "best_config.yaml").read_text())
-    assert best["train"]["train_manifest"] == str(speakers_manifest)
-    assert best["train"]["eval_manifest"] is None
-    # Both ways of judging at once is refused before any trial.
-    both = _args(tiny_whisper_dir, (speakers_manifest, speakers_manifest), tmp_path / "x")
-    assert main([*both, "--folds", "2"]) == 1
-    assert not (tmp_path / "x" / "trials").exists()
-
-
-def test_a_killed_cross_validated_trial_resumes_in_its_fold(
-    tiny_whisper_dir, speakers_manifest, tmp_path
-) -> None:
-    """Killed after fold 1's first checkpoint: the rerun trains neither fold 0 (scored)
-    again nor fold 1 from the start."""
     out = tmp_path / "study"
     args = _args(tiny_whisper_dir, (speakers_manifest, None), out, "--n_trials", "1")
     args += ["--folds", "2", "--num_train_epochs", "2", "--max_steps", "-1"]
@@ -358,12 +333,24 @@ def test_a_killed_cross_validated_trial_resumes_in_its_fold(
     trial = out / "trials" / "trial-000"
     scored_before = (trial / "fold-0" / "eval" / "predictions.jsonl").stat().st_mtime_ns
     assert list((trial / "fold-1").glob("checkpoint-*"))
-    from fitwhisper.cli import main
 
     assert main(args) == 0
     assert (trial / "fold-0" / "eval" / "predictions.jsonl").stat().st_mtime_ns == scored_before
     record = yaml.safe_load((trial / "fold-1" / "fitwhisper.yaml").read_text())
     assert "checkpoint-" in str(record["resolved"]["resumed_from"])
-    counted = [t for t in _study(out).get_trials() if t.state.name == "COMPLETE"]
-    assert len(counted) == 1
-    assert len((trial / "eval" / "predictions.jsonl").read_text().splitlines()) == 8
+    (done,) = [t for t in _study(out).get_trials() if t.state.name == "COMPLETE"]
+    assert Path(done.user_attrs["run_dir"]) == trial
+    pooled = [json.loads(x) for x in (trial / "eval/predictions.jsonl").read_text().splitlines()]
+    assert len(pooled) == 8
+    errors = sum(r["errors"] for r in pooled) / sum(r["ref_units"] for r in pooled)
+    assert done.value == pytest.approx(errors)
+    assert sorted(done.intermediate_values) == [0, 1]  # the pooled error after each fold
+    for k in (0, 1):
+        assert not (trial / f"fold-{k}" / "final").exists()  # a means, not a result
+    best = yaml.safe_load((out / "best_config.yaml").read_text())
+    assert best["train"]["train_manifest"] == str(speakers_manifest)
+    assert best["train"]["eval_manifest"] is None
+    # Both ways of judging at once is refused before any trial.
+    both = _args(tiny_whisper_dir, (speakers_manifest, speakers_manifest), tmp_path / "x")
+    assert main([*both, "--folds", "2"]) == 1
+    assert not (tmp_path / "x" / "trials").exists()
