@@ -63,7 +63,8 @@ COMMANDS = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
+    """Run the command line; returns the process exit code (under a launcher the process
+    ends here instead, ranks.end_process)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     common = build_config(CommonOptions, args)
