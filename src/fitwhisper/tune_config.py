@@ -48,7 +48,7 @@ class TuneConfig:
         metadata={
             "min": 1,
             "max": 20,
-            "why": "each fold is a training run per trial",
+            "why": "each fold is one more training run per trial",
             "help": "Judge each trial by cross-validation over speakers instead of on "
             "--eval_manifest: the training manifest's speakers (--speaker_column) are dealt "
             "into N folds, each trial trains N times, each time without one fold, and its "
