@@ -10,6 +10,7 @@ best_config.yaml keeps them unless a trial beat them by more than chance (--choo
 - space.py: the search space per method and `--search` overrides
 - study.py: the storage, the study, and trials a killed tune left running
 - trials.py: one trial: its options, fitted to memory, trained, reported for pruning
+- folds.py: --folds, the training speakers dealt into folds for cross-validated trials
 - results.py: the best trials' models kept, the table, the chosen config
 """
 
