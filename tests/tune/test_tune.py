@@ -292,7 +292,7 @@ def speakers_manifest(tmp_path_factory) -> Path:
     return path
 
 
-def test_folds_deal_whole_speakers_and_keep_every_clip(speakers_manifest, tmp_path) -> None:
+def test_folds_deal_whole_speakers_and_keep_every_clip(speakers_manifest, tmp_path, caplog) -> None:
     from fitwhisper.config import DataConfig
     from fitwhisper.errors import DataError
     from fitwhisper.tune.folds import write_folds
@@ -314,6 +314,13 @@ def test_folds_deal_whole_speakers_and_keep_every_clip(speakers_manifest, tmp_pa
         write_folds(str(speakers_manifest), DataConfig(), 5, "speaker", 0, tmp_path)
     with pytest.raises(DataError, match="8 rows .* have no 'spk'"):
         write_folds(str(speakers_manifest), DataConfig(), 2, "spk", 0, tmp_path)
+    # A row naming no audio is in no fold, and counted (the data check names it).
+    extra = speakers_manifest.with_name("extra.jsonl")
+    extra.write_text(speakers_manifest.read_text() + '{"text": "stop", "speaker": "s9"}\n')
+    with caplog.at_level("WARNING", logger="fitwhisper.tune.folds"):
+        folds = write_folds(str(extra), DataConfig(), 2, "speaker", 0, tmp_path / "x")
+    assert sum(f.clips for f in folds) == 8
+    assert "1 rows of" in caplog.text and "in no fold" in caplog.text
 
 
 def test_folds_judge_each_trial_on_every_clip_and_a_killed_trial_resumes_in_its_fold(

@@ -61,15 +61,15 @@ def write_folds(
     by_speaker: dict[str, list[dict]] = defaultdict(list)
     unreadable, no_speaker = 0, []
     for row, record in pairs:
-        if record is None or not isinstance(row.audio, Path):
-            unreadable += record is None
-            if record is not None:
-                raise DataError(
-                    f"{loaded.where(row)}: its audio is stored in the manifest; --folds "
-                    "writes the folds as manifests that name audio files",
-                    hint="judge the trials on --eval_manifest instead of --folds",
-                )
+        if record is None or row.audio is None:  # the data check reports these rows
+            unreadable += 1
             continue
+        if not isinstance(row.audio, Path):
+            raise DataError(
+                f"{loaded.where(row)}: its audio is stored in the manifest; --folds writes "
+                "the folds as manifests that name audio files",
+                hint="judge the trials on --eval_manifest instead of --folds",
+            )
         speaker = record.get(speaker_column)
         if speaker in (None, ""):
             no_speaker.append(loaded.where(row))
@@ -90,7 +90,8 @@ def write_folds(
         )
     if unreadable:
         log.warning(
-            "%d unreadable rows of %s are in no fold (`fitwhisper check-data` names them)",
+            "%d rows of %s without readable audio are in no fold (`fitwhisper check-data` "
+            "names them)",
             unreadable,
             loaded.path,
         )
