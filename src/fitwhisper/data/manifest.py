@@ -117,16 +117,20 @@ def load_manifest(
         )
     if p.is_dir():
         return _load_folder(p, audio_column, text_column, language_column)
+    fmt, records = _file_records(p)
+    return _build(p, fmt, records, p.parent, audio_column, text_column, language_column)
+
+
+def _file_records(p: Path) -> tuple[str, Iterator[_Record]]:
+    """A manifest file's format and its records, by its suffix."""
     suffix = p.suffix.lower()
     if suffix in (".csv", ".tsv", ".tab"):
         fmt = "csv" if suffix == ".csv" else "tsv"
-        records = _read_csv(p, delimiter="," if fmt == "csv" else "\t")
-    elif suffix in (".json", ".jsonl", ".ndjson"):
+        return fmt, _read_csv(p, delimiter="," if fmt == "csv" else "\t")
+    if suffix in (".json", ".jsonl", ".ndjson"):
         fmt = "json" if suffix == ".json" and _first_char(p) == "[" else "jsonl"
-        records = _read_json_list(p) if fmt == "json" else _read_jsonl(p)
-    else:
-        raise DataError(f"{p}: unknown manifest type '{suffix or p.name}'", hint=_FORMATS_HINT)
-    return _build(p, fmt, records, p.parent, audio_column, text_column, language_column)
+        return fmt, _read_json_list(p) if fmt == "json" else _read_jsonl(p)
+    raise DataError(f"{p}: unknown manifest type '{suffix or p.name}'", hint=_FORMATS_HINT)
 
 
 def special_file_kind(path: str | os.PathLike) -> str | None:
@@ -163,19 +167,12 @@ def file_records(path: Path) -> list[dict | None]:
     Raises:
         DataError: a folder (audiofolder, `save_to_disk`) rather than a file.
     """
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv", ".tab"):
-        records = _read_csv(path, delimiter="," if suffix == ".csv" else "\t")
-    elif suffix == ".json" and _first_char(path) == "[":
-        records = _read_json_list(path)
-    elif suffix in (".json", ".jsonl", ".ndjson"):
-        records = _read_jsonl(path)
-    else:
+    if path.is_dir():
         raise DataError(
             f"{path} is not a manifest file: its rows cannot be written out again",
             hint="write the rows as a .jsonl, .json or .csv file",
         )
-    return [obj for _, obj, _ in records]
+    return [obj for _, obj, _ in _file_records(path)[1]]
 
 
 # --- records: (line, dict | None, problem detail) from each format ----------------------
