@@ -63,6 +63,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -466,7 +467,12 @@ def train_fitwhisper(
 
 
 def tune_fitwhisper(
-    ds: DataSet, split: Split, train_m: Path, out: Path, a: argparse.Namespace
+    ds: DataSet,
+    split: Split,
+    train_m: Path,
+    out: Path,
+    a: argparse.Namespace,
+    conditions: dict,
 ) -> tuple[str, float, float, str]:
     """`fitwhisper tune` as a user would run it, on the training speakers alone:
     --tune_val_speakers of them are its held-out set (speaker-disjoint, drawn as the main
@@ -478,9 +484,16 @@ def tune_fitwhisper(
     n_val = a.tune_val_speakers
     folder = out / "search"
     study = folder / "study"
+    # A search stopped part-way continues (more --tune_trials too); one under other
+    # conditions (split, defaults, judging) is not this row's: it starts again.
+    searched = folder / "conditions.json"
+    wanted = {k: v for k, v in conditions.items() if k != "trials"}
+    if folder.exists() and (not searched.is_file() or json.loads(searched.read_text()) != wanted):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    searched.write_text(json.dumps(wanted, indent=1))
     if a.tune_folds > 1:  # cross-validation over every training speaker
         search_train = folder / "train.jsonl"
-        folder.mkdir(parents=True, exist_ok=True)
         search_train.write_text(
             "".join(
                 json.dumps({"audio": r["audio"], "text": r["text"], "speaker": r["speaker"]}) + "\n"
@@ -628,7 +641,7 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
         elif key == "zero-shot":
             outcome = score(key, ds.model, eval_m, ds, out / "eval")
         elif key == "tuned":
-            model, loop_s, run_s, note = tune_fitwhisper(ds, split, train_m, out, a)
+            model, loop_s, run_s, note = tune_fitwhisper(ds, split, train_m, out, a, conditions)
             outcome = score(key, model, eval_m, ds, out / "eval")
             outcome.loop_s, outcome.run_s, outcome.note = loop_s, run_s, note
         elif key == "standard":

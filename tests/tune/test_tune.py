@@ -324,7 +324,7 @@ def test_folds_deal_whole_speakers_and_keep_every_clip(speakers_manifest, tmp_pa
 
 
 def test_folds_judge_each_trial_on_every_clip_and_a_killed_trial_resumes_in_its_fold(
-    tiny_whisper_dir, speakers_manifest, tmp_path
+    tiny_whisper_dir, speakers_manifest, tmp_path, capsys
 ) -> None:
     """--folds 2: each trial trains twice, each run scoring the speakers it left out, and its
     error is over all 8 clips. Killed after fold 1's first checkpoint, the rerun trains
@@ -357,6 +357,13 @@ def test_folds_judge_each_trial_on_every_clip_and_a_killed_trial_resumes_in_its_
     best = yaml.safe_load((out / "best_config.yaml").read_text())
     assert best["train"]["train_manifest"] == str(speakers_manifest)
     assert best["train"]["eval_manifest"] is None
+    # The study's trials were judged by 2 folds: a rerun asking for 3 is refused before it
+    # deals new folds under them.
+    dealt = (out / "folds" / "fold-0-train.jsonl").read_text()
+    assert main([*args[: args.index("--folds")], "--folds", "3", "--n_trials", "2"]) == 1
+    assert "judged its 1 trial(s) by 2-fold cross-validation" in capsys.readouterr().err
+    assert (out / "folds" / "fold-0-train.jsonl").read_text() == dealt
+    assert not (out / "folds" / "fold-2-train.jsonl").exists()
     # Both ways of judging at once is refused before any trial.
     both = _args(tiny_whisper_dir, (speakers_manifest, speakers_manifest), tmp_path / "x")
     assert main([*both, "--folds", "2"]) == 1

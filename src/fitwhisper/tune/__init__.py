@@ -75,6 +75,7 @@ def tune(
     from fitwhisper.tune.study import (
         COUNTED_STATES,
         counted,
+        judged_alike,
         open_study,
         setting_up,
         settle_stale_trials,
@@ -98,6 +99,9 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     name = tune_cfg.study_name or study_dir.resolve().name
     with setting_up(study_dir):
+        storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
+        study = open_study(storage, name, train_cfg.seed)
+        judged_alike(study, _judging(train_cfg, tune_cfg), study_dir)
         folds = (
             write_folds(
                 train_cfg.train_manifest,
@@ -110,8 +114,6 @@ def tune(
             if tune_cfg.folds > 1
             else []
         )
-        storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
-        study = open_study(storage, name, train_cfg.seed)
         # The user's own options run first, and again if that trial failed (a bad row,
         # fixed since): the table's baseline. A killed one is rerun by its retry instead.
         if not any(
@@ -163,6 +165,17 @@ def tune(
         best_config=study_dir / BEST_CONFIG if choice else None,
         trials_run_here=objective.calls if objective is not None else 0,
     )
+
+
+def _judging(train_cfg: TrainConfig, tune_cfg: TuneConfig) -> dict:
+    """How this run judges trials, as the study records it (study.judged_alike)."""
+    if tune_cfg.folds > 1:  # the seed deals the speakers into folds
+        return {
+            "folds": tune_cfg.folds,
+            "speaker_column": tune_cfg.speaker_column,
+            "seed": train_cfg.seed,
+        }
+    return {"folds": 1}
 
 
 def _training_rows(data_cfg: DataConfig, train_cfg: TrainConfig) -> int:

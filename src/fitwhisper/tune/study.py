@@ -84,6 +84,37 @@ def open_study(storage, name: str, seed: int):
     return study
 
 
+def judged_alike(study, judging: dict, study_dir: Path) -> None:
+    """A study's trials are compared by their errors, so they must all be judged one way:
+    the first process records how (`judging`: --folds, its speaker column and seed, or an
+    --eval_manifest), and a later one judging otherwise is refused before it writes
+    anything (new folds would also change the unfinished trials' data under them).
+
+    Raises:
+        ConfigError: the study's trials were judged otherwise.
+    """
+    recorded = study.user_attrs.get("judging")
+    if recorded is None:  # a new study, or one from before this record: it starts here
+        study.set_user_attr("judging", judging)
+    elif recorded != judging:
+        done = counted(study)
+        raise ConfigError(
+            f"the study in {study_dir} judged its {done} trial(s) by {_told(recorded)}; this "
+            f"run asks for {_told(judging)}: their errors would not compare",
+            hint="give the study's own options to continue it, or a new --output_dir (or "
+            "--study_name) to start another study",
+        )
+
+
+def _told(judging: dict) -> str:
+    if judging["folds"] > 1:
+        return (
+            f"{judging['folds']}-fold cross-validation over '{judging['speaker_column']}' "
+            f"(seed {judging['seed']})"
+        )
+    return "an --eval_manifest"
+
+
 def counted(study) -> int:
     """Trials that count towards --n_trials: finished or pruned."""
     return sum(t.state.name in COUNTED_STATES for t in study.get_trials(deepcopy=False))
