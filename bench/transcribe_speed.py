@@ -166,8 +166,8 @@ def _rows(args, ct2_dir: Path) -> dict:
             from fitwhisper.transcribe.run import EngineChoice, make_engine
 
             opts = TranscribeOptions(
-                language="zh", batch_size=bs, threads=threads, mode=mode, timestamps=timestamps,
-                encoder_window=window,
+                language="zh", beam_size=1, batch_size=bs, threads=threads, mode=mode,
+                timestamps=timestamps, encoder_window=window,
             )  # fmt: skip
             eng = make_engine(resolve_model(MODEL), opts, EngineChoice(engine, "cpu", "bench"))
             group = bs * (16 if engine == "ct2" else 1)

@@ -102,7 +102,8 @@ def _long_file(model: Path, data) -> dict:
     rows = load_manifest(data.eval_manifest).rows
     long = lfc.build_long_file([load_audio(r.audio) for r in rows], [r.text for r in rows])
     metric, norm = make_scorer("en", normalizer="whisper_basic")
-    opts = TranscribeOptions(language="en", vad=False, batch_size=1, mode="sequential")
+    # Greedy, as bench/long_form_check.py decodes it.
+    opts = TranscribeOptions(language="en", beam_size=1, vad=False, batch_size=1, mode="sequential")
     (t,) = TransformersEngine(str(model), opts, "cpu").transcribe(["long"], [long.audio])
     return lfc.judge(long, t.segments, metric, norm)
 

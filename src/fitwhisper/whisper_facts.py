@@ -1,4 +1,5 @@
-"""Whisper's fixed facts, said once: its audio window and how its special tokens are read.
+"""Whisper's fixed facts, said once: its audio window, how its special tokens are read and
+how a beam size decodes, in words.
 
 Every Whisper model hears 16 kHz audio as log-mel frames 10 ms apart, in windows of 30 s
 (3000 frames; the encoder's stride-2 convolution halves them to 1500 positions), and writes
@@ -32,3 +33,8 @@ def language_code(token: str) -> str:
 
     text = token_text(token).lower()
     return TO_LANGUAGE_CODE.get(text, text)
+
+
+def decoding(beam_size: int) -> str:
+    """How a beam size decodes, in words (logs, plans and errors say it one way)."""
+    return "greedy decoding" if beam_size == 1 else f"beam search of {beam_size}"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions
+from fitwhisper.whisper_facts import decoding
 
 EXIT_HELP = (
     "Exit status: 0 when every file was transcribed, 1 when any input failed (each is "
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     engine = make_engine(model, opts, choice)
     print(
         f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}; "
+        f"{decoding(opts.beam_size)}; "
         f"language {engine.language or 'detected per file'} ({engine.language_why})",
         file=sys.stderr,
     )

@@ -71,6 +71,8 @@ def decided(
     language the scoring language), `window` the encoder window and why, `languages` the
     clips' prompts when they differ, `why` the reasons the caller knows (the prompt's
     language, the dtype, a window it chose), which win over the ones worked out here."""
+    from fitwhisper.whisper_facts import decoding
+
     gen = model.generation_config
     scored_as = f"auto: for {cfg.language or 'English'} clips"
     return EvalPlan(
@@ -85,7 +87,7 @@ def decided(
         output_script=cfg.output_script,
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         batch_size=cfg.batch_size,
-        generation=f"{'greedy' if cfg.beam_size == 1 else f'beam search of {cfg.beam_size}'}, "
+        generation=f"{decoding(cfg.beam_size)}, "
         f"at most {cfg.generation_max_length or gen.max_length} tokens",
         why={
             "language": "the model's generation config",

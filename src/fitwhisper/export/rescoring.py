@@ -245,6 +245,7 @@ def _source_long_file(model, audio: np.ndarray, language: str | None) -> tuple[s
 
     opts = TranscribeOptions(
         language=language,
+        beam_size=1,
         timestamps="segment",
         temperature_fallback=False,
         condition_on_previous_text=False,

@@ -33,6 +33,7 @@ from fitwhisper.whisper_facts import (
     SAMPLE_RATE,
     WINDOW_FRAMES,
     WINDOW_SAMPLES,
+    decoding,
     language_code,
 )
 
@@ -44,6 +45,19 @@ log = logging.getLogger(__name__)
 # transformers measures repetition on token ids (zlib ratio of their bytes), not on text as
 # openai-whisper does; its documentation recommends 1.35 where openai-whisper uses 2.4.
 HF_COMPRESSION_RATIO_THRESHOLD = 1.35
+
+
+def _counting(progress: Callable[[float], None] | None, spent: list[float]):
+    """`progress`, also adding up what it is told in `spent[0]`, so a batch decoded again
+    can take its part back."""
+    if progress is None:
+        return None
+
+    def counted(seconds: float) -> None:
+        spent[0] += seconds
+        progress(seconds)
+
+    return counted
 
 
 @contextlib.contextmanager
@@ -85,6 +99,7 @@ class TransformersEngine:
         self.threads = opts.threads if device == "cpu" else 0
         self.opts = opts
         self.device = device
+        self.batch = max(1, opts.batch_size)  # halved after an out-of-memory error
         self.speech_method = speech_method() if opts.vad else None
         resolved = as_resolved(model)  # once, for the processor and the weights
         self.processor = load_processor(resolved)
@@ -143,11 +158,54 @@ class TransformersEngine:
         progress: Callable[[float], None] | None = None,
     ) -> Iterator[tuple[int, Transcript]]:
         """`(index, transcript)` per file, each as soon as it exists: `generate` decodes the
-        files in batches of `--batch_size`, and a batch's files are out when its call is."""
-        n = max(1, self.opts.batch_size)
-        for b in range(0, len(audios), n):
-            done = self.transcribe(names[b : b + n], audios[b : b + n], progress)
+        files in batches of `--batch_size`, and a batch's files are out when its call is.
+
+        A batch that runs out of GPU memory is decoded again in halves, and the smaller
+        batch holds for the rest of the run, as `evaluate`'s generation backs off
+        (memory/backoff.py): beam search keeps every beam's copy of the encoder's keys
+        and values, 5 times greedy's."""
+        b = 0
+        while b < len(audios):
+            n = self.batch
+            done, spent = None, [0.0]
+            try:
+                done = self.transcribe(
+                    names[b : b + n], audios[b : b + n], _counting(progress, spent)
+                )
+            except Exception as e:
+                from fitwhisper.memory.backoff import is_oom
+
+                if not is_oom(e):
+                    raise
+            if done is None:  # out of the except block, so its tensors can be freed
+                self._back_off(min(n, len(audios) - b))
+                if progress and spent[0]:
+                    progress(-spent[0])  # the batch is decoded again
+                continue
             yield from enumerate(done, start=b)
+            b += n
+
+    def _back_off(self, failed: int) -> None:
+        from fitwhisper.errors import OutOfMemoryError
+        from fitwhisper.memory.backoff import release_memory
+
+        release_memory()
+        if failed == 1:
+            beams = self.opts.beam_size
+            ways = ["use a smaller model or --engine ct2 (int8/float16)", "--device cpu"]
+            if beams > 1:
+                ways.insert(0, "pass --beam_size 1 (greedy keeps one sequence per file)")
+            raise OutOfMemoryError(
+                f"out of memory transcribing one file at a time on {self.device} "
+                f"({decoding(beams)})",
+                hint=", ".join(ways[:-1]) + " or " + ways[-1],
+            )
+        self.batch = failed // 2
+        log.warning(
+            "out of memory transcribing %d files at once: %d at a time from here",
+            failed,
+            self.batch,
+        )
 
     def _generate(self, audios: Sequence[np.ndarray], progress) -> list[tuple]:
         """`generate` over the batch: per audio, (segments in its own times, language)."""
