@@ -7,6 +7,7 @@ Steps, in order of the risk of a crash (docs: ../shared/GPU-PATHS.md section 5),
 process of its own under its own timeout: fp16 full / LoRA / 4-bit with the regression set;
 bf16 8-bit with 8-bit Adam; the encoder cache; DeepSpeed ZeRO-2 and ZeRO-3 in bf16 as one
 process; a real CUDA OOM and its back-off; `fitwhisper evaluate` of an fp16-stored model;
+`fitwhisper transcribe` of it on the transformers engine by its default beam search of 5;
 two processes through the scoring paths (torchrun, --score_before, the regression set);
 then the planner: `predict_memory` against `torch.cuda.max_memory_allocated` for
 random-initialised models of the real shapes. Each step prints `== NAME rc=N OK|FAIL|SKIPPED
@@ -180,6 +181,32 @@ def steps() -> list[Step]:
                 "--output_dir",
                 str(c.work / "ev"),
             ],
+        ),  # fmt: skip
+        Step(
+            "transcribe-fp16-beam5",
+            120,
+            lambda c: [
+                c.py,
+                "-m",
+                "fitwhisper",
+                "transcribe",
+                "--model",
+                str(c.work / "tiny16"),
+                "--engine",
+                "transformers",
+                "--device",
+                "cuda",
+                "--no_vad",
+                "--max_new_tokens",
+                "8",
+                "--output_dir",
+                str(c.work / "transcribed"),
+                "--output_format",
+                "json",
+                str(c.work / "clips"),
+            ],
+            cuda_only="transcribe's float16 beam search runs on CUDA only",
+            expect="beam search of 5",
         ),  # fmt: skip
         Step(
             "torchrun-2proc-scoring",
