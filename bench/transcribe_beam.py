@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--language", default=None)
     ap.add_argument("--beams", default="1,5", help="Beam sizes, the first the baseline.")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--transcribe_args",
+        default="",
+        help="More `fitwhisper transcribe` options for every run, e.g. '--no_vad'.",
+    )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
     a = ap.parse_args(argv)
 
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                "--beam_size", str(beams), "--threads", str(a.threads), "--audio_list",
                str(listed), "--output_dir", str(out), "--output_format", "json", "-q"]  # fmt: skip
         cmd += ["--language", a.language] if a.language else []
+        cmd += shlex.split(a.transcribe_args)
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - t0

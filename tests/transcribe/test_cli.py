@@ -133,7 +133,9 @@ def test_ct2_engine_runs_an_exported_model_and_writes_scores(
         for seg in data["segments"]:
             assert 0.0 <= seg["start"] <= seg["end"] <= data["duration"]
             assert seg["avg_logprob"] <= 0.0 and 0.0 <= seg["no_speech_prob"] <= 1.0
-    assert "engine ct2 on cpu" in capsys.readouterr().err
+    # json shows times: --timestamps auto decodes segments; the line says how it decoded.
+    assert "engine ct2 on cpu" in (err := capsys.readouterr().err)
+    assert "beam search of 5, timestamps segment;" in err
 
 
 def test_output_script_converts_every_segment_into_traditional() -> None:
@@ -341,3 +343,17 @@ def test_device_names_are_checked_against_the_gpus_there(monkeypatch) -> None:
     with pytest.raises(ConfigError, match=r"shows 2 GPU\(s\), numbered 0 to 1") as e:
         resolve_device("cuda:2")
     assert "CUDA_VISIBLE_DEVICES" in e.value.hint
+
+
+def test_timestamps_auto_decodes_text_only_outputs_without_timestamp_tokens() -> None:
+    """Timestamp tokens cost about a point of WER on clips up to 30 s (RESULTS-quality):
+    auto leaves them out when no output shows times, and a given choice always holds."""
+    from fitwhisper.transcribe.options import TranscribeOptions, with_timestamps_for
+
+    auto = TranscribeOptions()
+    assert auto.timestamps == "auto"
+    assert with_timestamps_for(auto, ["txt"]).timestamps == "none"
+    assert with_timestamps_for(auto, ["txt", "srt"]).timestamps == "segment"
+    assert with_timestamps_for(auto, ["json"]).timestamps == "segment"
+    given = TranscribeOptions(timestamps="segment")
+    assert with_timestamps_for(given, ["txt"]).timestamps == "segment"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from fitwhisper.cli.flags import Options, add_command, build_config
-from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions
+from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions, with_timestamps_for
 from fitwhisper.whisper_facts import decoding
 
 EXIT_HELP = (
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. Inputs and outputs, checked before any model loads.
     formats = _checked_formats(job, opts)
+    opts = with_timestamps_for(opts, formats)
     files, problems = collect_inputs(job.audio, job.audio_list)
     for problem in problems:
         print(problem.format(), file=sys.stderr)
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     engine = make_engine(model, opts, choice)
     print(
         f"engine {choice.name} on {choice.device} ({choice.reason}); {_window(engine, opts)}; "
-        f"{decoding(opts.beam_size)}; "
+        f"{decoding(opts.beam_size)}, timestamps {opts.timestamps}; "
         f"language {engine.language or 'detected per file'} ({engine.language_why})",
         file=sys.stderr,
     )

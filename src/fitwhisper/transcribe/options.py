@@ -5,6 +5,7 @@ engine, and where the text goes. The command's flags are generated from their fi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -14,11 +15,26 @@ from fitwhisper.transcribe.formats import FORMATS
 
 Engine = Literal["auto", "transformers", "ct2"]
 Mode = Literal["auto", "sequential", "batched"]
-Timestamps = Literal["none", "segment", "word"]
+Timestamps = Literal["auto", "none", "segment", "word"]
 Task = Literal["transcribe", "translate"]
 
 # Whisper's temperature fallback schedule (openai-whisper's default).
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+# Timestamp tokens cost accuracy on clips up to 30 s: on 163 held-out clips tiny.en scored
+# 20.4% WER with them and 19.2% without, its fine-tune 13.2% and 11.9%
+# (bench/RESULTS-quality.md). Text alone shows no times, so it is decoded without them.
+TEXT_ONLY_FORMATS = ("txt",)
+
+
+def with_timestamps_for(opts: TranscribeOptions, formats: list[str]) -> TranscribeOptions:
+    """--timestamps auto decided for these outputs: none when every one is text only,
+    else segment. An engine given auto (no outputs known) decodes segments."""
+    if opts.timestamps != "auto":
+        return opts
+    text_only = bool(formats) and all(f in TEXT_ONLY_FORMATS for f in formats)
+    return dataclasses.replace(opts, timestamps="none" if text_only else "segment")
 
 
 @dataclass(frozen=True)
@@ -47,10 +63,11 @@ class TranscribeOptions:
         },
     )
     timestamps: Timestamps = field(
-        default="segment",
+        default="auto",
         metadata={
-            "help": "segment; word (ct2 engine) adds word times to json; none decodes "
-            "clips of up to 30 s without timestamp tokens (one segment per clip)."
+            "help": "auto: none when every output is txt, else segment; word (ct2 engine) "
+            "adds word times to json; none decodes clips of up to 30 s without timestamp "
+            "tokens (one segment per clip), about a point more accurate."
         },
     )
     initial_prompt: str | None = field(
