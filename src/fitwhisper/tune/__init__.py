@@ -101,7 +101,7 @@ def tune(
     with setting_up(study_dir):
         storage = storage_for(study_dir, tune_cfg.storage, tune_cfg.heartbeat_s)
         study = open_study(storage, name, train_cfg.seed)
-        judged_alike(study, _judging(train_cfg, tune_cfg), study_dir)
+        judged_alike(study, tune_cfg, train_cfg.seed, study_dir)
         folds = (
             write_folds(
                 train_cfg.train_manifest,
@@ -165,17 +165,6 @@ def tune(
         best_config=study_dir / BEST_CONFIG if choice else None,
         trials_run_here=objective.calls if objective is not None else 0,
     )
-
-
-def _judging(train_cfg: TrainConfig, tune_cfg: TuneConfig) -> dict:
-    """How this run judges trials, as the study records it (study.judged_alike)."""
-    if tune_cfg.folds > 1:  # the seed deals the speakers into folds
-        return {
-            "folds": tune_cfg.folds,
-            "speaker_column": tune_cfg.speaker_column,
-            "seed": train_cfg.seed,
-        }
-    return {"folds": 1}
 
 
 def _training_rows(data_cfg: DataConfig, train_cfg: TrainConfig) -> int:

@@ -84,15 +84,18 @@ def open_study(storage, name: str, seed: int):
     return study
 
 
-def judged_alike(study, judging: dict, study_dir: Path) -> None:
+def judged_alike(study, tune_cfg, seed: int, study_dir: Path) -> None:
     """A study's trials are compared by their errors, so they must all be judged one way:
-    the first process records how (`judging`: --folds, its speaker column and seed, or an
-    --eval_manifest), and a later one judging otherwise is refused before it writes
-    anything (new folds would also change the unfinished trials' data under them).
+    the first process records how (--folds, its speaker column and the seed that deals
+    them, or an --eval_manifest), and a later one judging otherwise is refused before it
+    writes anything (new folds would also change the unfinished trials' data under them).
 
     Raises:
         ConfigError: the study's trials were judged otherwise.
     """
+    judging = {"folds": 1}
+    if tune_cfg.folds > 1:
+        judging = {"folds": tune_cfg.folds, "speaker_column": tune_cfg.speaker_column, "seed": seed}
     recorded = study.user_attrs.get("judging")
     if recorded is None:  # a new study, or one from before this record: it starts here
         study.set_user_attr("judging", judging)
