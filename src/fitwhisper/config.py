@@ -383,7 +383,23 @@ class TrainConfig:
     )
     dataloader_num_workers: int = field(
         default=0,
-        metadata={**PROCESSES, "help": "Processes decoding audio while the model trains."},
+        metadata={
+            **PROCESSES,
+            "help": "Processes decoding audio while the model trains. Unset: the run plan "
+            "decides (none on a CPU, whose cores do the model's arithmetic; on a GPU enough "
+            "for the clips a step takes, from the cores per process and the measured cost "
+            "of a clip), with pinned memory and prefetching; RUN/run_plan.json says why.",
+        },
+    )
+    log_mel: Literal["auto", "cpu", "device"] = field(
+        default="auto",
+        metadata={
+            "help": "Where training clips become log-mel features. cpu: in the data loader, "
+            "clip by clip (transformers' feature extractor). device: the loader sends "
+            "waveforms and the trainer makes the whole batch's features on the training "
+            "device with torch's STFT (equal to the extractor within 1e-3), so few CPU "
+            "cores can feed a GPU. auto (default): cpu, until measured on a GPU."
+        },
     )
     report_to: Literal["tensorboard", "wandb", "none"] = field(
         default="tensorboard", metadata={"help": "Where training curves go."}

@@ -194,14 +194,26 @@ class Augmenter:
     def mask(self, features: np.ndarray, start: int, frames: int, rng: np.random.Generator) -> None:
         """SpecAugment in place on the clip at frames [start, start + frames) of
         `features` (mel bins, frames): nothing outside it (padding, other clips) changes."""
+        for t0, t1, f0, f1 in self.mask_rects(features.shape, start, frames, rng):
+            features[f0:f1, t0:t1] = 0.0
+
+    def mask_rects(
+        self, shape: tuple[int, int], start: int, frames: int, rng: np.random.Generator
+    ) -> list[tuple[int, int, int, int]]:
+        """`mask`'s rectangles (first frame, end frame, first mel bin, end bin) for features
+        of `shape` (mel bins, frames), drawn as `mask` draws them: with `--log_mel device`
+        the workers draw them and the trainer applies them (data/log_mel.py)."""
         a = self.augmentation
-        frames = max(0, min(frames, features.shape[1] - start))
+        mels, total = shape
+        frames = max(0, min(frames, total - start))
+        rects = []
         if a.time_mask_share and frames:
             for lo, hi in mask_spans(frames, a.time_mask_share, rng):
-                features[:, start + lo : start + hi] = 0.0
+                rects.append((start + lo, start + hi, 0, mels))
         if a.freq_mask_share and frames:
-            for lo, hi in mask_spans(features.shape[0], a.freq_mask_share, rng):
-                features[lo:hi, start : start + frames] = 0.0
+            for lo, hi in mask_spans(mels, a.freq_mask_share, rng):
+                rects.append((start, start + frames, lo, hi))
+        return rects
 
 
 def change_speed(audio: np.ndarray, factor: float) -> np.ndarray:

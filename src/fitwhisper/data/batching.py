@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from fitwhisper.models.short_window import short_frames
-from fitwhisper.whisper_facts import FRAMES_PER_SECOND
+from fitwhisper.whisper_facts import FRAMES_PER_SECOND, HOP_LENGTH
 
 
 def sampler_lengths(lengths_s: Sequence[float]) -> list[int]:
@@ -122,7 +122,10 @@ class TrimmedCollator:
         if keep_full:
             return batch
         keep = short_frames(frames, self.multiple)
-        batch["input_features"] = batch["input_features"][..., :keep].contiguous()
+        if "input_audio" in batch:  # --log_mel device: the samples of those frames
+            batch["input_audio"] = batch["input_audio"][..., : keep * HOP_LENGTH].contiguous()
+        else:
+            batch["input_features"] = batch["input_features"][..., :keep].contiguous()
         return batch
 
 

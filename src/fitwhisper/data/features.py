@@ -78,6 +78,7 @@ class SpeechDataset(Dataset):
 
     Each item is `{"input_features": (80 or 128, 3000) float32, "labels": list[int]}`:
     the log-mel of the clip padded to 30 s (Whisper's encoder takes exactly 3000 frames).
+    With `log_mel="device"` it holds the waveform instead (`clip_inputs`).
     """
 
     def __init__(
@@ -87,12 +88,14 @@ class SpeechDataset(Dataset):
         language: str | None = None,
         task: str = "transcribe",
         augment=None,
+        log_mel: str = "cpu",
     ) -> None:
         self.rows = list(rows)
         self.processor = processor
         self.language = language
         self.task = task
         self.augment = augment  # data/augment.py Augmenter: training only, never evaluation
+        self.log_mel = log_mel  # where the log-mel is made: "cpu" here, "device" in training
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -105,17 +108,14 @@ class SpeechDataset(Dataset):
             rng = self.augment.for_clip(i)
             # Never slower than keeps the clip within Whisper's 30 s window.
             audio = self.augment.waveform(audio, rng, min_speed=len(audio) / WINDOW_SAMPLES)
-        fe = self.processor.feature_extractor
-        features = fe(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
-        features = features.astype(np.float32, copy=False)
         frames = math.ceil(len(audio) / HOP_LENGTH)
-        if self.augment is not None:
-            self.augment.mask(features, 0, frames, rng)
+        masked = [(0, frames, rng)] if self.augment is not None else []
+        inputs = clip_inputs(audio, self.processor, self.augment, masked, self.log_mel)
         labels = label_ids(
             self.processor.tokenizer, row.text or "", row.language or self.language, self.task
         )
         item = {
-            "input_features": features,
+            **inputs,
             "labels": labels,
             # The clip's own length in log-mel frames, for a short encoder window.
             "clip_frames": frames,
@@ -123,6 +123,24 @@ class SpeechDataset(Dataset):
         if len(audio) != heard:  # speed perturbation: the trimming collator keeps these
             item["augmented_frames"] = frames
         return item
+
+
+def clip_inputs(audio: np.ndarray, processor, augment, masked, log_mel: str) -> dict[str, Any]:
+    """An item's audio input: its log-mel `input_features` (80 or 128, 3000), SpecAugment's
+    masks applied; or, with `log_mel="device"`, the waveform `input_audio` and the mask
+    rectangles `masks`, drawn alike, for the trainer to make and mask the features on the
+    training device (data/log_mel.py). `masked`: (first frame, frames, generator) of each
+    clip in the audio, whose masks are drawn from its own generator."""
+    fe = processor.feature_extractor
+    if log_mel == "device":
+        shape = (fe.feature_size, fe.nb_max_frames)
+        rects = [r for start, n, rng in masked for r in augment.mask_rects(shape, start, n, rng)]
+        return {"input_audio": np.asarray(audio, dtype=np.float32), "masks": rects}
+    features = fe(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
+    features = features.astype(np.float32, copy=False)
+    for start, n, rng in masked:
+        augment.mask(features, start, n, rng)
+    return {"input_features": features}
 
 
 class WhisperCollator:
@@ -138,6 +156,14 @@ class WhisperCollator:
         self.decoder_start_token_id = decoder_start_token_id
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if "input_audio" in features[0]:  # --log_mel device: the trainer makes the features
+            from fitwhisper.data.log_mel import stack_audio, stack_masks
+
+            return {
+                "input_audio": stack_audio([f["input_audio"] for f in features], WINDOW_SAMPLES),
+                "mel_masks": stack_masks([f["masks"] for f in features]),
+                "labels": self.labels(features),
+            }
         batch = self.processor.feature_extractor.pad(
             [{"input_features": f["input_features"]} for f in features], return_tensors="pt"
         )

@@ -139,6 +139,7 @@ def with_windows(clips, durations_s: Sequence[float], cfg, *, language: str | No
         task=clips.task,
         timestamp_fraction=1.0,
         augment=getattr(clips, "augment", None),
+        log_mel=getattr(clips, "log_mel", "cpu"),
     )
     return ClipsAndWindows(clips, packed, windows, durations_s, by_duration=cfg.group_by_duration)
 

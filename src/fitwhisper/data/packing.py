@@ -32,7 +32,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from fitwhisper.data.audio import load_audio
-from fitwhisper.data.features import prefix_ids
+from fitwhisper.data.features import clip_inputs, prefix_ids
 from fitwhisper.data.manifest import Row
 from fitwhisper.errors import DataError
 from fitwhisper.whisper_facts import (
@@ -173,6 +173,7 @@ class PackedDataset(Dataset):
         task: str = "transcribe",
         timestamp_fraction: float = 1.0,
         augment=None,
+        log_mel: str = "cpu",
     ) -> None:
         if not has_timestamp_tokens(processor.tokenizer):
             raise DataError(
@@ -187,6 +188,7 @@ class PackedDataset(Dataset):
         self.task = task
         self.timestamp_fraction = timestamp_fraction
         self.augment = augment  # data/augment.py Augmenter: each clip augmented on its own
+        self.log_mel = log_mel  # features made here ("cpu") or by the trainer ("device")
 
     def timestamped(self, i: int) -> bool:
         """Whether window i is labelled with timestamps: a fixed, evenly spread share of the
@@ -236,15 +238,13 @@ class PackedDataset(Dataset):
             previous = text
         labels.append(tok.eos_token_id)
         audio = np.concatenate(pieces)[:WINDOW_SAMPLES]
-        fe = self.processor.feature_extractor
-        features = fe(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
-        features = features.astype(np.float32, copy=False)
-        item = {"input_features": features, "labels": labels}
+        masked = []
         if self.augment is not None:
-            for (start, frames), rng in zip(spans, rngs, strict=True):
-                self.augment.mask(features, start, frames, rng)
-            if any(s != 1.0 for s in self.augment.augmentation.speeds):
-                item["augmented_frames"] = math.ceil(len(audio) / HOP_LENGTH)
+            masked = [(start, n, rng) for (start, n), rng in zip(spans, rngs, strict=True)]
+        inputs = clip_inputs(audio, self.processor, self.augment, masked, self.log_mel)
+        item = {**inputs, "labels": labels}
+        if self.augment is not None and any(s != 1.0 for s in self.augment.augmentation.speeds):
+            item["augmented_frames"] = math.ceil(len(audio) / HOP_LENGTH)
         return item
 
     def _clips(self, window: Window) -> tuple[list[np.ndarray], list]:

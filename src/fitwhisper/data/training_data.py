@@ -55,6 +55,7 @@ def training_data(
             task=dataset.task,
             timestamp_fraction=cfg.packed_timestamp_fraction,
             augment=getattr(dataset, "augment", None),
+            log_mel=getattr(dataset, "log_mel", "cpu"),
         )
         lengths = dataset.lengths
     if cfg.cache_encoder_outputs:

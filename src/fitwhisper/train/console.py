@@ -2,12 +2,13 @@
 the dictionaries Trainer prints (PrinterCallback, ProgressCallback), and a progress bar
 when stderr is a terminal.
 
-    step 40/400 · epoch 0.50 · loss 1.365 · lr 1.0e-05 · 21.3 clips/s · 0:12:10 left
-        · memory 5.10 GiB of 6.00 planned      (one line)
+    step 40/400 · epoch 0.50 · loss 1.365 · lr 1.0e-05 · 21.3 clips/s · data wait 3%
+        · 0:12:10 left · memory 5.10 GiB of 6.00 planned      (one line)
     step 40/400 · eval WER 18.20% · eval loss 0.412
 
 Only the console changes: TensorBoard and W&B still receive every figure of the logs, and
-this callback adds `clips_per_second` to them (and to trainer_state.json's log history).
+this callback adds `clips_per_second` to them (and to trainer_state.json's log history);
+`data_wait_share` comes from the trainer (data_wait.py).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def format_line(
             parts.append(f"lr {logs['learning_rate']:.1e}")
         if logs.get("clips_per_second") is not None:
             parts.append(f"{logs['clips_per_second']:.3g} clips/s")
+        if logs.get("data_wait_share") is not None:
+            parts.append(f"data wait {logs['data_wait_share']:.0%}")
         if left_s is not None:
             parts.append(f"{datetime.timedelta(seconds=round(left_s))} left")
         if (memory := _memory(logs, planned_mib)) is not None:

@@ -124,11 +124,18 @@ def _train_in(
     train_cfg, choices = run_plan.with_epochs_for_data(
         choices, train_cfg, len(run_rows.train), ranks.world_size()
     )
-    plan = run_plan.decided(choices, model_cfg, train_cfg, run_rows.eval, out)
+    plan = run_plan.decided(
+        choices,
+        model_cfg,
+        train_cfg,
+        run_rows.eval,
+        out,
+        clip_cost_s=setup.clip_cost_of(run_rows.train, processor, model_cfg, train_cfg),
+    )
 
     # 5-6. Model and datasets; then the Trainer.
     model, language, data = _model_and_data(
-        resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, plan.precision
+        resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, plan
     )
     if ranks.is_main():
         record.write_run_record(
@@ -219,7 +226,7 @@ def deterministic_kernels(on: bool):
         det.fill_uninitialized_memory = saved[2]
 
 
-def _model_and_data(resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, precision):
+def _model_and_data(resolved, processor, run_rows, model_cfg, data_cfg, train_cfg, plan):
     """The model (the method decides how it loads and what trains; --seed also fixes the
     LoRA adapters' random start, as Trainer seeds only after this), its language, and the
     datasets, which decode audio and make features as batches are drawn."""
@@ -227,11 +234,19 @@ def _model_and_data(resolved, processor, run_rows, model_cfg, data_cfg, train_cf
 
     from fitwhisper.train import setup
 
-    model, language = setup.model(resolved, model_cfg, data_cfg, train_cfg, precision)
+    model, language = setup.model(resolved, model_cfg, data_cfg, train_cfg, plan.precision)
     set_seed(train_cfg.seed)
     model = setup.prepare(model, model_cfg, train_cfg)
     data = setup.datasets(
-        run_rows, processor, model, model_cfg, data_cfg, train_cfg, language, precision
+        run_rows,
+        processor,
+        model,
+        model_cfg,
+        data_cfg,
+        train_cfg,
+        language,
+        plan.precision,
+        log_mel=plan.input_path.log_mel,
     )
     return model, language, data
 

@@ -23,6 +23,7 @@ from fitwhisper.method import METHODS, Method, method_of
 from fitwhisper.precision import Precision, hardware, run_precision
 from fitwhisper.recipes import options_given, with_recipe
 from fitwhisper.recipes import with_epochs_for_data as with_epochs
+from fitwhisper.train.input_plan import InputPlan, decide_input
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class RunPlan:
     sharding: str  # none, deepspeed NAME, or fsdp
     optimizer: str  # Trainer's `optim`: --optim, or its fused kernel where that is faster
     deterministic: bool = False  # torch's deterministic kernels while training
+    # Data-loader workers, pinning, prefetching, where the log-mel is made (input_plan.py).
+    input_path: InputPlan = field(default_factory=InputPlan)
     why: dict[str, str] = field(default_factory=dict)
 
     def write(self, run_dir: Path) -> Path:
@@ -65,7 +68,8 @@ class RunPlan:
 
     def log_summary(self) -> None:
         log.info(
-            "run plan: %s, %s, encoder input %s, scored by %s (%s), %d process(es)%s",
+            "run plan: %s, %s, encoder input %s, scored by %s (%s), %d process(es)%s; "
+            "%d data-loader worker(s), log-mel on the %s",
             METHODS[self.method].title,
             self.precision,
             self.encoder_input,
@@ -73,6 +77,8 @@ class RunPlan:
             self.scoring_language or "English",
             self.processes,
             "" if self.sharding == "none" else f", {self.sharding}",
+            self.input_path.dataloader_num_workers,
+            "CPU" if self.input_path.log_mel == "cpu" else "training device",
         )
 
 
@@ -127,8 +133,15 @@ def decide(
     world_size: int,
     fsdp: bool,
     cuda: bool,
+    cores: int = 1,
+    processes_here: int = 1,
+    augmenting: bool = False,
+    clip_cost_s=None,
 ) -> RunPlan:
     """The whole plan, once the held-out rows are checked (their language column counts).
+
+    `cores`, `processes_here`, `augmenting` and `clip_cost_s` (a callable timing one
+    training clip, given where the log-mel is made) decide the input path (input_plan.py).
 
     Raises:
         ConfigError: --metric_for_best_model other than the run's metric or loss.
@@ -161,6 +174,16 @@ def decide(
         sharding = "fsdp"
     optimizer = _optimizer(train_cfg.optim, sharding, cuda, why)
     deterministic = _deterministic(cuda, why)
+    input_path = decide_input(
+        train_cfg,
+        choices.given,
+        why,
+        cuda=cuda,
+        cores=cores,
+        processes_here=processes_here,
+        augmenting=augmenting,
+        clip_cost_s=clip_cost_s,
+    )
     return RunPlan(
         method=choices.method,
         precision=choices.precision,
@@ -174,15 +197,24 @@ def decide(
         sharding=sharding,
         optimizer=optimizer,
         deterministic=deterministic,
+        input_path=input_path,
         why=why,
     )
 
 
 def decided(
-    choices: OptionChoices, model_cfg: ModelConfig, train_cfg: TrainConfig, eval_rows: list, out
+    choices: OptionChoices,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    eval_rows: list,
+    out,
+    clip_cost_s=None,
 ) -> RunPlan:
-    """`decide` for this process's run; the main process records it in `out` and logs it."""
+    """`decide` for this process's run; the main process records it in `out` and logs it.
+    `clip_cost_s(log_mel)`: seconds one training clip takes to make (input_plan.py)."""
+    from fitwhisper.data.augment import from_config
     from fitwhisper.train import ranks
+    from fitwhisper.train.input_plan import machine_cores, processes_on_this_machine
 
     plan = decide(
         choices,
@@ -192,6 +224,10 @@ def decided(
         world_size=ranks.world_size(),
         fsdp=ranks.fsdp_asked(),
         cuda=hardware()["cuda"],
+        cores=machine_cores(),
+        processes_here=processes_on_this_machine(),
+        augmenting=from_config(train_cfg).active,
+        clip_cost_s=clip_cost_s,
     )
     if ranks.is_main():
         plan.write(out)

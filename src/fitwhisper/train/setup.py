@@ -99,9 +99,12 @@ def datasets(
     train_cfg: TrainConfig,
     language: str | None,
     precision: Precision,
+    *,
+    log_mel: str = "cpu",
 ) -> RunData:
     """Datasets that decode audio and make features as batches are drawn; packed windows,
-    cached encoder outputs, length grouping, short encoder input (data/batching.py)."""
+    cached encoder outputs, length grouping, short encoder input (data/batching.py);
+    `log_mel` "device": training items carry waveforms, the trainer makes the features."""
     from fitwhisper.codeswitch import dataset_language
     from fitwhisper.data import augment
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
@@ -112,7 +115,12 @@ def datasets(
     ds_language = dataset_language(data_cfg.language_token, language)
     augmenter = augment.augmenter(train_cfg)
     train_ds = SpeechDataset(
-        rows.train, processor, language=ds_language, task=model_cfg.task, augment=augmenter
+        rows.train,
+        processor,
+        language=ds_language,
+        task=model_cfg.task,
+        augment=augmenter,
+        log_mel=log_mel,
     )
     # Held-out clips are scored as they are: their dataset has no augmenter.
     eval_ds = None
@@ -140,6 +148,33 @@ def datasets(
     return RunData(
         train_ds, eval_ds, collator, train_collator, list(rows.eval), language, augmenter
     )
+
+
+def clip_cost_of(train_rows, processor, model_cfg: ModelConfig, train_cfg: TrainConfig):
+    """A callable timing one training clip as the run will make it (decoded, augmented,
+    featurised where `log_mel` says, labelled), for the input plan (train/input_plan.py);
+    it returns None when the clips cannot be made (the run then says why itself)."""
+
+    def measure(log_mel: str) -> float | None:
+        from fitwhisper.data import augment
+        from fitwhisper.data.features import SpeechDataset
+        from fitwhisper.errors import FitWhisperError
+        from fitwhisper.train.input_plan import MEASURED_CLIPS, clip_cost
+
+        ds = SpeechDataset(
+            list(train_rows[: MEASURED_CLIPS + 1]),
+            processor,
+            language=model_cfg.language,
+            task=model_cfg.task,
+            augment=augment.augmenter(train_cfg),
+            log_mel=log_mel,
+        )
+        try:
+            return clip_cost(ds)
+        except FitWhisperError:
+            return None
+
+    return measure
 
 
 def trainer(
@@ -175,6 +210,7 @@ def trainer(
         has_eval=has_eval,
         best_metric=plan.best_metric,
         skips_layers=layerdrop > 0,
+        loader=plan.input_path.training_arguments(),
     )
     parts.one_gpu_without_launcher(args)
     compute_metrics = None

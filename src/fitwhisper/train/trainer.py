@@ -28,10 +28,13 @@ def training_arguments(
     has_eval: bool,
     best_metric: str | None = None,
     skips_layers: bool = False,
+    loader: dict | None = None,
 ):
     """Seq2SeqTrainingArguments for the run, in the precision and with the optimizer the
     run plan chose (`optim`);
-    `skips_layers`: the model's LayerDrop is on, so a step can leave parameters unused."""
+    `skips_layers`: the model's LayerDrop is on, so a step can leave parameters unused;
+    `loader`: the data loader's settings the run plan chose (input_plan.py); None: the
+    option's workers, pinned memory on a GPU."""
     from transformers import Seq2SeqTrainingArguments
 
     from fitwhisper.train.sharding import config_path
@@ -74,8 +77,13 @@ def training_arguments(
         ddp_find_unused_parameters=skips_layers,
         # transformers 5 renamed gradient_checkpointing; our flag keeps the familiar name.
         **checkpointing.training_argument(cfg.gradient_checkpointing),
-        dataloader_num_workers=cfg.dataloader_num_workers,
-        dataloader_pin_memory=_cuda_available(),
+        **(
+            loader
+            or {
+                "dataloader_num_workers": cfg.dataloader_num_workers,
+                "dataloader_pin_memory": _cuda_available(),
+            }
+        ),
         predict_with_generate=True,
         generation_max_length=cfg.generation_max_length,
         generation_num_beams=1,
@@ -119,6 +127,7 @@ def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     from fitwhisper.data.batching import LengthGroupedTrainerMixin
     from fitwhisper.memory.backoff import BackoffTrainer
     from fitwhisper.train.checkpoints import CheckpointMixin
+    from fitwhisper.train.data_wait import DataWaitMixin
     from fitwhisper.train.guard import GuardMixin
     from fitwhisper.train.ranks import EvalWithoutRepeatsMixin
 
@@ -128,6 +137,8 @@ def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
         GuardMixin,
         EvalWithoutRepeatsMixin,
         AugmentEpochMixin,
+        DataWaitMixin,
+        DeviceLogMelMixin,
         BackoffTrainer,
     ):
         group_by_length = cfg.group_by_duration
@@ -149,6 +160,23 @@ class AugmentEpochMixin:
         if self.augmenter is not None:
             self.augmenter.epoch = int(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)
+
+
+class DeviceLogMelMixin:
+    """`--log_mel device`: batches carry waveforms (`input_audio`, `mel_masks`), moved to
+    the training device with the rest of the batch; their log-mel features are made there
+    for the whole batch, SpecAugment's masks applied (data/log_mel.py). Runs per
+    micro-batch, after OOM back-off has cut it (memory/backoff.py)."""
+
+    def _prepare_inputs(self, inputs):
+        inputs = super()._prepare_inputs(inputs)
+        if "input_audio" in inputs:
+            from fitwhisper.data.log_mel import log_mel
+
+            audio, masks = inputs.pop("input_audio"), inputs.pop("mel_masks", None)
+            fe = self.processing_class.feature_extractor
+            inputs["input_features"] = log_mel(audio, fe, masks)
+        return inputs
 
 
 def early_stopping(cfg: TrainConfig) -> list:

@@ -30,6 +30,7 @@ def validate(
     from fitwhisper.data.augment import option_problems as augment_problems
     from fitwhisper.data.encoder_cache import option_problems as cache_problems
     from fitwhisper.train.hub import problems as hub_problems
+    from fitwhisper.train.input_plan import option_problems as input_problems
     from fitwhisper.train.method_loading import problems as method_problems
     from fitwhisper.train.rows import option_problems as row_problems
     from fitwhisper.train.sharding import problems as deepspeed_problems
@@ -53,6 +54,7 @@ def validate(
     if data_cfg.min_audio_len >= data_cfg.max_audio_len:
         problems.append("--min_audio_len must be below --max_audio_len")
     problems += _encoder_input_problems(train_cfg)
+    problems += input_problems(train_cfg)
     problems += _schedule_problems(train_cfg)
     problems += _best_model_problems(model_cfg, train_cfg)
     problems += _reporting_problems(train_cfg)
