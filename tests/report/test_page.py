@@ -101,7 +101,7 @@ def test_a_real_runs_report_opens_with_its_curves_clips_marks_and_audio(
     assert browser.console_errors() == []
 
     # Curves: loss, learning rate, eval error rate, eval loss, memory, clips per second,
-    # each with one point per logging step (4) or evaluation (2).
+    # data wait, each with one point per logging step (4) or evaluation (2).
     points = browser.evaluate(
         "Array.from(document.querySelectorAll('figure.chart')).map(f => "
         "[f.querySelector('.u-title').textContent, +f.dataset.points, "
@@ -114,6 +114,7 @@ def test_a_real_runs_report_opens_with_its_curves_clips_marks_and_audio(
         "evaluation loss": (2, True),
         "memory per logging step": (4, True),
         "clips per second": (4, True),
+        "share of time waiting for data": (4, True),
     }
 
     # The clip table: every held-out clip, with its speaker; S/D/I marked where they are.

@@ -1,5 +1,6 @@
 """The training log a person reads: one line per logging step (step of total, epoch, loss,
-learning rate, clips per second, time left, memory against the plan), the evaluation's
+learning rate, clips per second, the share of time waiting for data, time left, memory
+against the plan), the evaluation's
 metric on its own line, a progress bar only on a terminal, and never Trainer's raw
 dictionaries."""
 
@@ -27,7 +28,8 @@ ENV = {
 # The line of a training log, as a person reads it.
 STEP_LINE = re.compile(
     r"^step (\d+)/(\d+) · epoch \d+\.\d\d · loss \d+(\.\d+)? · lr \d\.\de[-+]\d\d · "
-    r"\d+(\.\d+)?(e-\d+)? clips/s · \d+:\d\d:\d\d left · memory (\(RSS\) )?\d+\.\d\d GiB$"
+    r"\d+(\.\d+)?(e-\d+)? clips/s · data wait \d+% · \d+:\d\d:\d\d left · "
+    r"memory (\(RSS\) )?\d+\.\d\d GiB$"
 )
 EVAL_LINE = re.compile(r"^step (\d+)/(\d+) · eval WER \d+\.\d\d% · eval loss \d+(\.\d+)?$")
 
@@ -38,12 +40,13 @@ def test_each_kind_of_log_has_its_line() -> None:
         "learning_rate": 1e-5,
         "epoch": 0.5,
         "clips_per_second": 21.34,
+        "data_wait_share": 0.034,
         "mem_peak_allocated_mib": 5222.0,
         "grad_norm": 20.84,
     }
     assert format_line(train, 40, 400, 730.4, 6144.0) == (
-        "step 40/400 · epoch 0.50 · loss 1.365 · lr 1.0e-05 · 21.3 clips/s · 0:12:10 left"
-        " · memory 5.10 GiB of 6.00 planned"
+        "step 40/400 · epoch 0.50 · loss 1.365 · lr 1.0e-05 · 21.3 clips/s · data wait 3%"
+        " · 0:12:10 left · memory 5.10 GiB of 6.00 planned"
     )
     evals = {"eval_loss": 0.4121, "eval_wer": 0.182, "eval_wer_raw": 0.2, "eval_runtime": 3.0}
     assert format_line(evals, 40, 400, None, None) == (

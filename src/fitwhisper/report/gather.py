@@ -28,7 +28,7 @@ from fitwhisper.report.clips import (
 from fitwhisper.report.stats import by_duration, by_key, paired_bootstrap
 
 # Trainer's per-log figures the page draws, as log_history names them.
-TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "clips_per_second")
+TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "clips_per_second", "data_wait_share")
 
 
 def kind_of(folder: Path) -> str:

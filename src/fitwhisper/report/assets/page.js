@@ -102,6 +102,7 @@
     }
     out.push(chart("memory per logging step", c.step, mem, "MiB"));
     if (c.clips_per_second) out.push(chart("clips per second", c.step, [{ label: "clips/s", values: c.clips_per_second }]));
+    if (c.data_wait_share) out.push(chart("share of time waiting for data", c.step, [{ label: "data wait", values: c.data_wait_share }]));
     return out.filter(Boolean);
   }
 
