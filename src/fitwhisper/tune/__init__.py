@@ -203,6 +203,16 @@ def _check(model_cfg, data_cfg, train_cfg: TrainConfig, tune_cfg: TuneConfig, wo
             hint="start one `fitwhisper tune` per GPU (CUDA_VISIBLE_DEVICES=N) with the same "
             "--output_dir or --storage: they share one study",
         )
+    if train_cfg.deepspeed:
+        raise ConfigError(
+            f"tune --deepspeed {train_cfg.deepspeed}: tune runs its trials one after another "
+            "in one process, and DeepSpeed's engines (their partitioned weights, optimizer "
+            "states and the process group) are not handed back between them, so each trial "
+            "would start with less GPU memory than the last",
+            hint="tune without --deepspeed on a model that fits one GPU (--use_lora, "
+            "--gradient_checkpointing, a smaller batch), then train best_config.yaml with "
+            "--deepspeed",
+        )
     probe = dataclasses.replace(train_cfg, output_dir=str(Path(train_cfg.output_dir) / "trials"))
     validate(model_cfg, data_cfg, probe)
 

@@ -4,11 +4,14 @@ them, fitted to the GPU's memory by the planner, trained as a normal run in its 
 
 Each evaluation during training reports its error to Optuna, whose pruner stops a trial
 that is doing worse than the others did at the same step. A trial the planner says will not
-fit is pruned before any model loads.
+fit is pruned before any model loads; one that runs out of memory anywhere (the training
+step's back-off gave up, or the first optimizer step, an evaluation, a save) is pruned once
+its memory is handed back, and the study goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import warnings
@@ -50,7 +53,6 @@ class Objective:
         import optuna
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-        from fitwhisper.errors import OutOfMemoryError
         from fitwhisper.train import train
 
         # A retried trial (its process was killed) carries on in the killed one's folder.
@@ -83,7 +85,8 @@ class Objective:
         log.info("trial %d: %s", trial.number, ", ".join(f"{k}={v}" for k, v in sampled.items()))
         if self.folds:
             return self._cross_validated(trial, model_cfg, train_cfg, set(sampled))
-        try:
+        # The planner was wrong, or there was no plan (no GPU figure): pruned.
+        with pruned_when_out_of_memory():
             result = train(
                 model_cfg,
                 self.data_cfg,
@@ -91,8 +94,6 @@ class Objective:
                 callbacks=(PruningReporter(trial),),
                 explicit=self.explicit | set(sampled),
             )
-        except OutOfMemoryError as e:  # the planner was wrong, or no plan (no GPU figure)
-            raise optuna.TrialPruned(f"out of memory: {e.message}") from e
         value = result.eval_metrics[result.metric]
         trial.set_user_attr("metric", result.metric)
         return value
@@ -103,7 +104,6 @@ class Objective:
         trained again. Optuna's pruner hears the pooled error after each fold."""
         import optuna
 
-        from fitwhisper.errors import OutOfMemoryError
         from fitwhisper.train import train
 
         out = Path(train_cfg.output_dir)
@@ -118,12 +118,10 @@ class Objective:
                     output_dir=str(run),
                     **_restart(run),
                 )
-                try:
+                with pruned_when_out_of_memory():
                     result = train(
                         model_cfg, self.data_cfg, fold_cfg, explicit=self.explicit | sampled
                     )
-                except OutOfMemoryError as e:
-                    raise optuna.TrialPruned(f"out of memory: {e.message}") from e
                 trial.set_user_attr("metric", result.metric)
                 _drop_models(run)  # the fold's model is a means: best_config trains on all
             scored += _predictions(run)
@@ -133,6 +131,46 @@ class Objective:
                 raise optuna.TrialPruned(f"{error:.4f} after fold {fold.number}")
         _write_pooled(out, scored, self.train_cfg, self.data_cfg)
         return pooled_error(scored)
+
+
+@contextlib.contextmanager
+def pruned_when_out_of_memory():
+    """A trial's run that runs out of memory, wherever (fitwhisper's OutOfMemoryError from
+    the back-off, or torch's from an optimizer step, evaluation or save, also as the cause
+    of another error), ends as a pruned trial: the error's frames, which hold the model and
+    its optimizer, are let go and the GPU's cache emptied before Optuna draws the next."""
+    import optuna
+
+    from fitwhisper.memory.backoff import release_memory
+
+    try:
+        yield
+    except Exception as e:
+        said = out_of_memory(e)
+        if said is None:
+            raise
+    else:
+        return
+    # Out of the except block: the traceback, and the tensors its frames hold, are gone.
+    release_memory()
+    log.warning("trial pruned: out of memory: %s", said)
+    raise optuna.TrialPruned(f"out of memory: {said}")
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """What an out-of-memory error says, if `e` is one or was caused by one; else None."""
+    from fitwhisper.errors import OutOfMemoryError
+    from fitwhisper.memory.backoff import is_oom
+
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OutOfMemoryError):
+            return e.message
+        if is_oom(e):
+            return (str(e).strip().splitlines() or [type(e).__name__])[0]
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def options_for(
