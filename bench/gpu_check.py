@@ -9,6 +9,7 @@ bf16 8-bit with 8-bit Adam; the encoder cache; DeepSpeed ZeRO-2 and ZeRO-3 in bf
 process; a real CUDA OOM and its back-off; `fitwhisper evaluate` of an fp16-stored model;
 `fitwhisper transcribe` of it on the transformers engine by its default beam search of 5;
 two processes through the scoring paths (torchrun, --score_before, the regression set);
+the speed of the defaults against the standard recipe on real clips (bench/gpu_speed.py);
 then the planner: `predict_memory` against `torch.cuda.max_memory_allocated` for
 random-initialised models of the real shapes. Each step prints `== NAME rc=N OK|FAIL|SKIPPED
 (why)` and its log's tail; the end writes the report (default bench/RESULTS-gpu.md).
@@ -214,6 +215,18 @@ def steps() -> list[Step]:
             _torchrun,
             env={"NCCL_DEBUG": "WARN"},
             expect="regression_after",
+        ),
+        Step(
+            "speed",
+            240,
+            lambda c: [
+                c.py,
+                str(REPO / "bench" / "gpu_speed.py"),
+                "--out",
+                str(c.work / "speed.json"),
+            ],  # fmt: skip
+            cuda_only="times training on the GPU (bench/gpu_speed.py)",
+            expect="| model | configuration |",
         ),
     ]
 
@@ -455,6 +468,13 @@ def _report(env: dict, results: list[Result], table: list[dict], total_s: float,
         "cuda:0 in a gloo process group (NCCL refuses two ranks on one GPU), on a CPU it is "
         "the user's command over gloo.",
     ]
+    speed = work / "speed.json"
+    if speed.is_file():  # the speed step (bench/gpu_speed.py)
+        sys.path.insert(0, str(REPO / "bench"))
+        from gpu_speed import table_markdown
+
+        lines += ["", "## Speed: defaults against the standard recipe", ""]
+        lines.append(table_markdown(json.loads(speed.read_text())))
     lines += ["", "## Planner against the device", ""]
     lines.append(_planner_table(table, env["cuda"]) if table else "(no planner rows)")
     failed = [r for r in results if r.status == "FAIL"]
