@@ -21,6 +21,8 @@ from fitwhisper.data.manifest import load_manifest
 from fitwhisper.models.short_window import short_frames
 from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE, WINDOW_SAMPLES
 
+pytestmark = pytest.mark.slow  # real recordings (tests/conftest.py)
+
 # Real speech of both sample rates: AISHELL sentences (16 kHz) and FSDD digits (8 kHz).
 CLIPS = {"aishell-s0150": (0, 130, 250, 499), "fsdd-train": (0, 1500)}
 

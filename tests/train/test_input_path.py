@@ -58,6 +58,7 @@ def _log(run: Path) -> dict[int, dict]:
     return {e["step"]: e for e in state["log_history"] if "loss" in e}
 
 
+@pytest.mark.slow  # three small runs end to end
 def test_workers_and_device_log_mel_train_on_the_same_batches_and_resume_exactly(
     tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, monkeypatch
 ) -> None:
