@@ -11,7 +11,8 @@ process; a real CUDA OOM and its back-off; `fitwhisper evaluate` of an fp16-stor
 two processes through the scoring paths (torchrun, --score_before, the regression set);
 the speed of the defaults against the standard recipe on real clips (bench/gpu_speed.py);
 then the planner: `predict_memory` against `torch.cuda.max_memory_allocated` for
-random-initialised models of the real shapes. Each step prints `== NAME rc=N OK|FAIL|SKIPPED
+random-initialised models of the real shapes (full, LoRA, and where bitsandbytes is
+installed its 8-bit and 4-bit bases with LoRA, model by model). Each step prints `== NAME rc=N OK|FAIL|SKIPPED
 (why)` and its log's tail; the end writes the report (default bench/RESULTS-gpu.md).
 
 Nothing is downloaded (HF_HUB_OFFLINE=1): the models are random, built from configs, with the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -45,6 +47,7 @@ PLANNER_MODELS = ("tiny", "base", "small", "large-v3", "large-v3-turbo")
 PLANNER_MIN_S = 45  # the planner step gets what is left of the budget, at least this
 STEP_MIN_S = 10  # a step offered less than this is not started: it could not finish
 OOM_CLIPS_BATCH = 16  # the OOM step's first batch; its memory cap fits a batch of 2
+QUANTISED = ("8bit", "4bit")  # planner rows of a bitsandbytes base with LoRA
 
 
 @dataclass
@@ -683,11 +686,21 @@ def _planner_rows(cuda: bool, work: Path, models: list[str]) -> list[dict]:
     if not cuda:  # CPU: the fixture's tiny model (d_model 64), so the code path runs in CI
         return [dict(model="fixture tiny", spec=str(work / "tiny"), method=m, dtype="bf16",
                      batch=1, ckpt=False) for m in ("full", "lora")]  # fmt: skip
-    return [
+    rows = [
         dict(model=m, spec=f"openai/whisper-{m}", method=meth, dtype=d, batch=b, ckpt=c)
         for m in models for meth in ("full", "lora") for d in ("bf16", "fp16")
         for b in (1, 4) for c in (False, True)
     ]  # fmt: skip
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        # bitsandbytes' 8-bit and 4-bit bases with LoRA (never measured before), in bf16.
+        rows += [
+            dict(model=m, spec=f"openai/whisper-{m}", method=meth, dtype="bf16", batch=b,
+                 ckpt=c)
+            for m in models for meth in QUANTISED for b in (1, 4) for c in (False, True)
+        ]  # fmt: skip
+    # Model by model (every method of the small shapes before the large ones), so the time
+    # budget cuts the largest shapes, not a method.
+    return sorted(rows, key=lambda r: models.index(r["model"]))
 
 
 def _request(r: dict, cuda: bool):
@@ -695,8 +708,10 @@ def _request(r: dict, cuda: bool):
 
     return MemoryRequest(
         model=r["spec"], per_device_train_batch_size=r["batch"],
-        precision=r["dtype"], gradient_checkpointing=r["ckpt"], use_lora=r["method"] == "lora",
-        max_label_tokens=LABEL_TOKENS, device="cuda" if cuda else "cpu",
+        precision=r["dtype"], gradient_checkpointing=r["ckpt"],
+        use_lora=r["method"] in ("lora", *QUANTISED), use_8bit=r["method"] == "8bit",
+        use_4bit=r["method"] == "4bit", max_label_tokens=LABEL_TOKENS,
+        device="cuda" if cuda else "cpu",
     )  # fmt: skip
 
 
@@ -750,7 +765,10 @@ def _planner_model(spec: str, method: str, dtype: str, cuda: bool):
     model_cfg = ModelConfig(
         model="gpu-check", use_lora=req.use_lora, lora_r=req.lora_r, lora_alpha=2 * req.lora_r,
         lora_dropout=req.lora_dropout, lora_target_modules=tuple(req.lora_target_modules),
+        use_8bit=req.use_8bit, use_4bit=req.use_4bit,
     )  # fmt: skip
+    if method in QUANTISED:
+        return _quantised_model(config, model_cfg, dtype)
     torch.manual_seed(0)
     try:  # built on the device: initialising large-v3 on the CPU takes far longer
         with torch.device("cuda" if cuda else "cpu"):
@@ -761,6 +779,26 @@ def _planner_model(spec: str, method: str, dtype: str, cuda: bool):
     half = load_kwargs(model_cfg, dtype).get("dtype")
     if half is not None:
         m = m.to(half)
+    return prepare_for_training(m, model_cfg, TrainConfig(learning_rate=1e-3))
+
+
+def _quantised_model(config, model_cfg, dtype: str):
+    """Random weights of the real shapes, saved and loaded back quantised as `train` loads
+    a base (bitsandbytes quantises while loading), then prepared with LoRA adapters."""
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    from fitwhisper.config import TrainConfig
+    from fitwhisper.train.method_loading import load_kwargs, prepare_for_training
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-bnb-") as folder:
+        WhisperForConditionalGeneration(config).to(torch.float16).save_pretrained(folder)
+        kwargs = load_kwargs(model_cfg, dtype)
+        m = WhisperForConditionalGeneration.from_pretrained(
+            folder, attn_implementation="sdpa", **kwargs
+        )
+    m.config.use_cache = False
     return prepare_for_training(m, model_cfg, TrainConfig(learning_rate=1e-3))
 
 
