@@ -13,7 +13,8 @@ the speed of the defaults against the standard recipe on real clips (bench/gpu_s
 then the planner: `predict_memory` against `torch.cuda.max_memory_allocated` for
 random-initialised models of the real shapes (full, LoRA, and where bitsandbytes is
 installed its 8-bit and 4-bit bases with LoRA, model by model). Each step prints
-`== NAME rc=N OK|FAIL|SKIPPED (why)` and its log's tail; the end writes the report (default bench/RESULTS-gpu.md).
+`== NAME rc=N OK|FAIL|SKIPPED (why)` and its log's tail; the end writes the report
+(default bench/RESULTS-gpu.md).
 
 Nothing is downloaded (HF_HUB_OFFLINE=1): the models are random, built from configs, with the
 tiny.en tokenizer that `make gpu-wheels` saves (else offline/tiny.en). Without CUDA the
