@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -79,6 +80,7 @@ def test_waveform_items_give_the_cpu_paths_features_with_the_same_masks(
 
     class Step:  # the trainer's side (train/trainer.py), on this CPU
         processing_class = tiny_en_processor
+        args = SimpleNamespace(device=torch.device("cpu"))
 
         def _prepare_inputs(self, inputs):
             return inputs

@@ -163,20 +163,26 @@ class AugmentEpochMixin:
 
 
 class DeviceLogMelMixin:
-    """`--log_mel device`: batches carry waveforms (`input_audio`, `mel_masks`), moved to
-    the training device with the rest of the batch; their log-mel features are made there
-    for the whole batch, SpecAugment's masks applied (data/log_mel.py). Runs per
-    micro-batch, after OOM back-off has cut it (memory/backoff.py)."""
+    """`--log_mel device`: batches carry waveforms (`input_audio`, `mel_masks`); they are
+    moved to the training device and the whole batch's log-mel features made there in
+    float32, SpecAugment's masks applied (data/log_mel.py), before Trainer prepares the
+    batch as it prepares features (under DeepSpeed it casts them to the engine's dtype; the
+    waveforms themselves are never cast). Runs per micro-batch, after OOM back-off has cut
+    it (memory/backoff.py)."""
 
     def _prepare_inputs(self, inputs):
-        inputs = super()._prepare_inputs(inputs)
         if "input_audio" in inputs:
             from fitwhisper.data.log_mel import log_mel
 
-            audio, masks = inputs.pop("input_audio"), inputs.pop("mel_masks", None)
+            inputs = dict(inputs)
+            device = self.args.device
+            audio = inputs.pop("input_audio").to(device, non_blocking=True)
+            masks = inputs.pop("mel_masks", None)
+            if masks is not None:
+                masks = masks.to(device, non_blocking=True)
             fe = self.processing_class.feature_extractor
             inputs["input_features"] = log_mel(audio, fe, masks)
-        return inputs
+        return super()._prepare_inputs(inputs)
 
 
 def early_stopping(cfg: TrainConfig) -> list:
