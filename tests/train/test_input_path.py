@@ -1,6 +1,6 @@
-"""The input path (train/input_plan.py): a run with data-loader workers and the log-mel made
-by the trainer (`--log_mel device`) trains on the batches of a run without either, and
-resumes exactly; the run plan records the loader's settings with reasons; the data-wait
+"""The input path (train/input_plan.py): a run resumed with data-loader workers and the
+log-mel made by the trainer (`--log_mel device`) trains on the batches of the run without
+either; the run plan records the loader's settings with reasons; the data-wait
 share reaches each training log, and a GPU run that keeps waiting is told once."""
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def _log(run: Path) -> dict[int, dict]:
     return {e["step"]: e for e in state["log_history"] if "loss" in e}
 
 
-@pytest.mark.slow  # three small runs end to end
-def test_workers_and_device_log_mel_train_on_the_same_batches_and_resume_exactly(
+@pytest.mark.slow  # a small run end to end, and its second half again
+def test_a_run_resumed_with_workers_and_device_log_mel_trains_on_the_same_batches(
     tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, monkeypatch
 ) -> None:
     from fitwhisper.train.trainer import DeviceLogMelMixin
@@ -76,44 +76,36 @@ def test_workers_and_device_log_mel_train_on_the_same_batches_and_resume_exactly
 
     monkeypatch.setattr(DeviceLogMelMixin, "_prepare_inputs", noting)
     # 6 clips, batch 2: three steps an epoch, so step 4 is in epoch 1 (augmented anew).
-    plain = tmp_path / "plain"
-    assert main(_argv(tiny_whisper_dir, tone_manifest, plain)) == 0
-    batches, seen[:] = list(seen), []
-    assert waveforms == [False] * 4
-    out = tmp_path / "workers"
-    argv = _argv(
-        tiny_whisper_dir,
-        tone_manifest,
-        out,
-        "--dataloader_num_workers",
-        "2",
-        "--log_mel",
-        "device",
-    )
+    out = tmp_path / "run"
+    argv = _argv(tiny_whisper_dir, tone_manifest, out)
     assert main(argv) == 0
-    assert len(seen) == len(batches) == 4 and waveforms[4:] == [True] * 4
-    for (features, labels), (want_features, want_labels) in zip(seen, batches, strict=True):
-        assert torch.equal(labels, want_labels)
-        assert features.shape == want_features.shape
-        assert (features - want_features).abs().max() <= TOLERANCE
-    losses = {s: e["loss"] for s, e in _log(plain).items()}
-    assert {s: e["loss"] for s, e in _log(out).items()} == pytest.approx(losses, rel=1e-4)
-    plan = json.loads((out / "run_plan.json").read_text())["input_path"]
-    assert plan["dataloader_num_workers"] == 2 and plan["log_mel"] == "device"
-    assert plan["dataloader_persistent_workers"] is False  # augmenting: per-epoch workers
+    assert waveforms == [False] * 4 and len(seen) == 4
+    plain, batches = _log(out), list(seen)
+    plan = json.loads((out / "run_plan.json").read_text())
+    assert plan["input_path"]["dataloader_num_workers"] == 0  # a CPU: none, by the plan
+    assert plan["input_path"]["log_mel"] == "cpu" and "CPU" in plan["why"]["log_mel"]
 
-    uninterrupted, before = _log(out), list(seen)
+    # Steps 3 and 4 again, from checkpoint-2, with two workers drawing the augmentation and
+    # the trainer making the log-mel: the same batches, the same losses.
     shutil.rmtree(out / "checkpoint-4")
     shutil.rmtree(out / "final")
     seen.clear()
-    assert main([*argv, "--resume"]) == 0
-    # Steps 3 and 4 again, from checkpoint-2: the same batches, the same losses.
-    assert len(seen) == 2
-    for (features, labels), (want_features, want_labels) in zip(seen, before[2:], strict=True):
-        assert torch.equal(features, want_features) and torch.equal(labels, want_labels)
+    waveforms.clear()
+    workers = ["--dataloader_num_workers", "2", "--log_mel", "device", "--resume"]
+    assert main([*argv, *workers]) == 0
+    assert waveforms == [True, True] and len(seen) == 2
+    for (features, labels), (want_features, want_labels) in zip(seen, batches[2:], strict=True):
+        assert torch.equal(labels, want_labels)
+        assert features.shape == want_features.shape
+        assert (features - want_features).abs().max() <= TOLERANCE
     resumed = _log(out)
-    assert {s: resumed[s]["loss"] for s in (3, 4)} == {s: uninterrupted[s]["loss"] for s in (3, 4)}
+    assert {s: resumed[s]["loss"] for s in (3, 4)} == pytest.approx(
+        {s: plain[s]["loss"] for s in (3, 4)}, rel=1e-5
+    )
     assert all(0.0 <= e["data_wait_share"] <= 1.0 for e in resumed.values())
+    plan = json.loads((out / "run_plan.json").read_text())["input_path"]
+    assert plan["dataloader_num_workers"] == 2 and plan["log_mel"] == "device"
+    assert plan["dataloader_persistent_workers"] is False  # augmenting: per-epoch workers
 
 
 def _decide(cuda: bool, cores: int = 16, processes: int = 1, cost: float | None = 0.02, **train):

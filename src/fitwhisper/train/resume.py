@@ -43,6 +43,7 @@ RESUMABLE_CHANGES = frozenset(
         "cache_dir",
         "save_total_limit",
         "dataloader_num_workers",
+        "log_mel",  # where the same features are made (bit-identical on a CPU, data/log_mel.py)
         "per_device_eval_batch_size",
         "score_before",  # scoring, not training
         "push_to_hub",
