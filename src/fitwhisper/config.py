@@ -246,15 +246,28 @@ class TrainConfig:
         default=None,
         metadata={
             "path": "any",
-            "help": "Training manifest (JSON, JSONL, CSV/TSV, audiofolder).",
+            "help": "Training data: a manifest (JSON, JSONL incl. NeMo's, CSV/TSV, "
+            "audiofolder, save_to_disk), tar shards (a .tar, glob, shards-{000..099}.tar, "
+            "pipe:CMD, URL) or a folder made by `fitwhisper shard`, or a Hub dataset "
+            "(hf://ORG/NAME:CONFIG@SPLIT, or a local folder in the Hub's layout).",
             "aliases": ["--train_file"],
+        },
+    )
+    streaming: Literal["auto", "on", "off"] = field(
+        default="auto",
+        metadata={
+            "help": "Read the training data as it is trained on, shard by shard (checked on "
+            "the fly, bad clips skipped and counted; resumes mid-stream): auto does for tar "
+            "shards, shard folders and Hub datasets, and reads a manifest whole. off reads a "
+            "shard folder's index whole (every batching option then works)."
         },
     )
     eval_manifest: str | None = field(
         default=None,
         metadata={
             "path": "any",
-            "help": "Held-out manifest scored by generation (WER/CER).",
+            "help": "Held-out data scored by generation (WER/CER): any form --train_manifest "
+            "takes, read whole.",
             "aliases": ["--validation_file"],
         },
     )

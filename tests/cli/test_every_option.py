@@ -136,6 +136,7 @@ WORK = [
     ("fitwhisper.memory.presets", "presets_markdown"),
     ("fitwhisper.demo.run", "run_demo"),
     ("fitwhisper.report", "write_report"),
+    ("fitwhisper.data.sources.write", "write_shards"),
 ]
 
 
@@ -166,6 +167,7 @@ def _base(name: str, i: dict[str, Path]) -> dict[str, str | list[str]]:
     model, manifest, out = str(i["model"]), str(i["train.jsonl"]), i["out"]
     return {
         "check-data": {"manifest": manifest},
+        "shard": {"source": manifest, "out": str(out / "shards")},
         "import-ct2": {"src": str(i["ct2"]), "out": str(out / "ct2")},
         "models": {},
         "demo": {"output_dir": str(out / "demo")},

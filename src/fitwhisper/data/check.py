@@ -282,6 +282,19 @@ def _inspect_audio(row: Row) -> _AudioFacts:
         return _AudioFacts(Problem("undecodable_audio", e.message))
     except DataError as e:  # a path inside a dataset row that does not exist
         return _AudioFacts(Problem("missing_file", e.message))
+    return _facts(samples, info)
+
+
+def row_problems(row: Row, samples, info, cfg: DataConfig, tokenizer) -> list[Problem]:
+    """The problems (warnings left out) of one row whose audio is decoded: the checks of
+    `check_manifest` but duplicates, for rows checked as they are trained on (streams)."""
+    result = RowResult(row, row.id)
+    _check_row(result, _facts(samples, info), cfg, tokenizer, {})
+    return [p for p in result.problems if p.kind not in WARNINGS]
+
+
+def _facts(samples: np.ndarray, info) -> _AudioFacts:
+    """Numbers about a decoded clip: all the check keeps of it."""
     magnitude = np.abs(samples)
     finite = np.isfinite(magnitude)
     nonfinite = int(samples.size - np.count_nonzero(finite))

@@ -28,8 +28,18 @@ from fitwhisper.errors import DataError
 log = logging.getLogger(__name__)
 
 # Tried in order when no column is named (DataConfig help lists the same names).
-AUDIO_COLUMNS = ("audio_path", "audio", "file_name", "path", "file", "wav")
-TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text")
+# NeMo manifests name it audio_filepath; WebDataset shards by the file's extension.
+AUDIO_COLUMNS = (
+    "audio_path",
+    "audio",
+    "audio_filepath",
+    "file_name",
+    "path",
+    "file",
+    "wav",
+    "flac",
+)
+TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text", "txt")
 ID_COLUMNS = ("id", "utt_id", "key")
 
 # Row-level parse problems; `check` adds the audio and text ones.
@@ -38,8 +48,10 @@ MISSING_FIELD = "missing_field"
 BAD_ENCODING = "bad_encoding"
 
 _FORMATS_HINT = (
-    "a manifest is a .json list, .jsonl, .csv or .tsv file, an audiofolder (a folder with "
-    "metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk"
+    "a manifest is a .json list, .jsonl (NeMo's too), .csv or .tsv file, an audiofolder (a "
+    "folder with metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk; "
+    "data may also be tar shards (DIR/*.tar, a folder made by `fitwhisper shard`) or a Hub "
+    "dataset (hf://ORG/NAME:CONFIG@SPLIT, or a folder in the Hub's layout)"
 )
 
 
@@ -107,7 +119,16 @@ def load_manifest(
     Raises:
         DataError: no such file, not a manifest, no rows, or the named columns are absent.
     """
-    p = Path(path).expanduser()
+    from fitwhisper.data.sources.spec import parse_source
+
+    spec = parse_source(path)
+    if spec.kind != "manifest":
+        from fitwhisper.data.sources.records import source_records
+
+        fmt, base, records = source_records(spec)
+        where = Path(spec.location).expanduser()
+        return _build(where, fmt, records, base, audio_column, text_column, language_column)
+    p = Path(spec.location).expanduser()
     if not p.exists():
         raise DataError(f"manifest {p} not found", hint=_FORMATS_HINT)
     if (kind := special_file_kind(p)) is not None:
@@ -430,30 +451,63 @@ def _build(
     text_column: str | None,
     language_column: str | None,
 ) -> Manifest:
-    # The columns are the keys of the first readable rows (a CSV's header; JSON rows may
-    # leave optional keys out), so a single incomplete row cannot hide a column.
     records = iter(records)
     head = list(itertools.islice(records, _COLUMN_SAMPLE_ROWS))
-    columns = list(dict.fromkeys(k for _, obj, _ in head if obj is not None for k in obj))
-    if not head:
-        raise DataError(f"manifest {path} has no rows", hint=_FORMATS_HINT)
-    if not columns:
-        line, _, detail = head[0]
-        raise DataError(
-            f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
+    maker = RowMaker.for_records(head, path, base, audio_column, text_column, language_column)
+    rows = [maker.row(i, *record) for i, record in enumerate(itertools.chain(head, records))]
+    return Manifest(path, fmt, rows, maker.audio_col, maker.text_col, maker.lang_col, maker.columns)
+
+
+@dataclass(frozen=True)
+class RowMaker:
+    """Records (a manifest's parsed rows) to `Row`s, with the columns chosen once."""
+
+    base: Path
+    audio_col: str
+    text_col: str
+    lang_col: str | None
+    id_col: str | None
+    columns: list[str]
+
+    @classmethod
+    def for_records(
+        cls,
+        head: list[_Record],
+        path: Path,
+        base: Path,
+        audio_column: str | None,
+        text_column: str | None,
+        language_column: str | None,
+    ) -> RowMaker:
+        """The columns, from the first records (a CSV's header; JSON rows may leave optional
+        keys out, so a single incomplete row cannot hide a column).
+
+        Raises:
+            DataError: no records, none readable, or a named or needed column absent.
+        """
+        columns = list(dict.fromkeys(k for _, obj, _ in head if obj is not None for k in obj))
+        if not head:
+            raise DataError(f"manifest {path} has no rows", hint=_FORMATS_HINT)
+        if not columns:
+            line, _, detail = head[0]
+            raise DataError(
+                f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
+            )
+        return cls(
+            base,
+            _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path),
+            _pick(columns, text_column, TEXT_COLUMNS, "text", path),
+            language_column if language_column in columns else None,
+            next((c for c in ID_COLUMNS if c in columns), None),
+            columns,
         )
-    audio_col = _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path)
-    text_col = _pick(columns, text_column, TEXT_COLUMNS, "text", path)
-    lang_col = language_column if language_column in columns else None
-    id_col = next((c for c in ID_COLUMNS if c in columns), None)
-    rows: list[Row] = []
-    for line, obj, parse_error in itertools.chain(head, records):
-        index = len(rows)
+
+    def row(self, index: int, line: int, obj: dict | None, parse_error: str | None) -> Row:
         if obj is None:
-            rows.append(Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error))
-        else:
-            rows.append(_row(obj, index, line, base, audio_col, text_col, lang_col, id_col))
-    return Manifest(path, fmt, rows, audio_col, text_col, lang_col, columns)
+            return Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error)
+        return _row(
+            obj, index, line, self.base, self.audio_col, self.text_col, self.lang_col, self.id_col
+        )
 
 
 def _pick(
@@ -481,7 +535,9 @@ def _row(obj: dict, index, line, base, audio_col, text_col, lang_col, id_col) ->
     problem = detail = None
     raw_audio = obj.get(audio_col)
     audio: Path | InMemoryAudio | None = None
-    if isinstance(raw_audio, dict) and (raw_audio.get("bytes") or raw_audio.get("array")):
+    if isinstance(raw_audio, InMemoryAudio):  # a clip in a tar shard (data/sources/)
+        audio, raw_audio = raw_audio, raw_audio.name
+    elif isinstance(raw_audio, dict) and (raw_audio.get("bytes") or raw_audio.get("array")):
         audio = InMemoryAudio(f"row {line}", value=raw_audio)
     elif isinstance(raw_audio, dict):
         raw_audio = raw_audio.get("path")
