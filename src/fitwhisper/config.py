@@ -21,6 +21,21 @@ WHISPER_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"
 LORA_TARGETS_DEFAULT = WHISPER_LINEAR_MODULES
 
 
+# Manifest columns tried in order when none is named (data/manifest.py reads by them).
+# NeMo manifests name the audio audio_filepath; WebDataset shards name files by extension.
+AUDIO_COLUMNS = (
+    "audio_path",
+    "audio",
+    "audio_filepath",
+    "file_name",
+    "path",
+    "file",
+    "wav",
+    "flac",
+)
+TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text", "txt")
+
+
 @dataclass
 class DataConfig:
     """Where the audio and transcripts are, and which rows are fit to train on."""
@@ -29,14 +44,22 @@ class DataConfig:
         default=None,
         metadata={
             "help": "Manifest column holding the audio path. Default: the first of "
-            "audio_path, audio, file_name, path, file, wav that exists."
+            f"{', '.join(AUDIO_COLUMNS)} that exists."
         },
     )
     text_column: str | None = field(
         default=None,
         metadata={
             "help": "Manifest column holding the transcript. Default: the first of "
-            "text, transcript, transcription, sentence, normalized_text that exists."
+            f"{', '.join(TEXT_COLUMNS)} that exists."
+        },
+    )
+    audio_dir: str | None = field(
+        default=None,
+        metadata={
+            "path": "folder",
+            "help": "Folder that relative audio paths resolve against. Default: the "
+            "manifest's own folder (Common Voice: its clips/ folder, beside train.tsv).",
         },
     )
     language_column: str = field(
@@ -113,6 +136,7 @@ class DataConfig:
             "audio_column": self.audio_column,
             "text_column": self.text_column,
             "language_column": self.language_column,
+            "audio_dir": self.audio_dir,
         }
 
 

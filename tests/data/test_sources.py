@@ -107,6 +107,7 @@ def test_bad_sources_are_one_paragraph(shared_data: Path, tmp_path: Path, capsys
         str(cut): "cannot be read after",
         "hf://nobody/no-such-dataset": "cannot open the dataset hf://nobody/no-such-dataset",
         f"{whole}:0": "weight 0 is not positive",
+        f"{whole}:0.7": "mixes several sources in one run, which fitwhisper does not do yet",
         str(tmp_path / "none-*.tar"): "no tar shard matches",
     }
     for source, said in cases.items():
@@ -130,3 +131,53 @@ def test_hub_names_need_the_network_or_the_cache(tmp_path: Path) -> None:
     with pytest.raises(DataError) as e:
         load_manifest("hf://nobody/no-such-dataset:cfg@test")
     assert "huggingface-cli download" in e.value.hint
+
+
+def test_a_second_check_of_the_same_data_decodes_nothing(
+    shared_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """train, evaluate and check-data check through usable_rows: once per content."""
+    from fitwhisper.config import DataConfig
+    from fitwhisper.data import check
+    from fitwhisper.data.usable import usable_rows
+
+    rows = make.speech_rows(shared_data, 6)
+    source = make.jsonl_manifest(rows, tmp_path / "train.jsonl")
+    decoded: list = []
+    real = check.load_audio_with_info
+
+    def counting(audio):
+        decoded.append(audio)
+        return real(audio)
+
+    monkeypatch.setattr(check, "load_audio_with_info", counting)
+    first = usable_rows(source, DataConfig())
+    assert len(decoded) == 6
+    again = usable_rows(source, DataConfig())
+    assert len(decoded) == 6  # nothing decoded the second time
+    assert again.durations == first.durations and again.report.counts() == first.report.counts()
+
+    # A clip replaced by another is decoded again (and only it).
+    clip = tmp_path / "clip.flac"
+    clip.write_bytes(Path(rows[1]["audio"]).read_bytes())
+    source = make.jsonl_manifest([rows[0], {**rows[1], "audio": str(clip)}], source)
+    usable_rows(source, DataConfig())
+    assert decoded[6:] == [clip]
+    clip.write_bytes(Path(rows[2]["audio"]).read_bytes())
+    usable_rows(source, DataConfig())
+    assert decoded[7:] == [clip]
+
+
+def test_audio_dir_resolves_relative_paths(shared_data: Path, tmp_path: Path) -> None:
+    """Common Voice's train.tsv names clips relative to the clips/ folder beside it."""
+    folder = shared_data / "speechocean-train"
+    rows = make.speech_rows(shared_data, 3)
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text(
+        "client_id\tpath\tsentence\tlocale\n"
+        + "".join(f"c{i}\t{Path(r['audio']).name}\t{r['text']}\ten\n" for i, r in enumerate(rows))
+    )
+    manifest = load_manifest(tsv, language_column="locale", audio_dir=folder)
+    assert [r.audio for r in manifest.rows] == [Path(r["audio"]) for r in rows]
+    assert [r.language for r in manifest.rows] == ["en"] * 3
+    assert all(Path(r.audio).is_file() for r in manifest.rows)

@@ -61,7 +61,9 @@ class ShardOptions:
 
 OPTIONS = (
     Options(ShardOptions),
-    Options(DataConfig, "data", only=("audio_column", "text_column", "language_column")),
+    Options(
+        DataConfig, "data", only=("audio_column", "text_column", "language_column", "audio_dir")
+    ),
 )
 
 

@@ -22,24 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fitwhisper.config import AUDIO_COLUMNS, TEXT_COLUMNS
 from fitwhisper.data.audio import InMemoryAudio
 from fitwhisper.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# Tried in order when no column is named (DataConfig help lists the same names).
-# NeMo manifests name it audio_filepath; WebDataset shards by the file's extension.
-AUDIO_COLUMNS = (
-    "audio_path",
-    "audio",
-    "audio_filepath",
-    "file_name",
-    "path",
-    "file",
-    "wav",
-    "flac",
-)
-TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text", "txt")
 ID_COLUMNS = ("id", "utt_id", "key")
 
 # Row-level parse problems; `check` adds the audio and text ones.
@@ -107,6 +95,7 @@ def load_manifest(
     audio_column: str | None = None,
     text_column: str | None = None,
     language_column: str | None = "language",
+    audio_dir: str | os.PathLike | None = None,
 ) -> Manifest:
     """Read a manifest's rows (no audio is read).
 
@@ -115,6 +104,7 @@ def load_manifest(
         audio_column: column with the audio; None picks the first of `AUDIO_COLUMNS` present.
         text_column: column with the transcript; None picks the first of `TEXT_COLUMNS`.
         language_column: optional per-row language column; ignored when absent.
+        audio_dir: the folder relative audio paths resolve against (None: the manifest's).
 
     Raises:
         DataError: no such file, not a manifest, no rows, or the named columns are absent.
@@ -122,11 +112,17 @@ def load_manifest(
     from fitwhisper.data.sources.spec import parse_source
 
     spec = parse_source(path)
+    if spec.weight is not None:
+        raise DataError(
+            f"{spec.text}: a weight (:{spec.weight:g}) mixes several sources in one run, "
+            "which fitwhisper does not do yet",
+            hint=f"pass {spec.name} without the weight",
+        )
     if spec.kind != "manifest":
         from fitwhisper.data.sources.records import source_records
 
         fmt, base, records = source_records(spec)
-        where = Path(spec.location).expanduser()
+        where, base = Path(spec.location).expanduser(), _base(audio_dir, base)
         return _build(where, fmt, records, base, audio_column, text_column, language_column)
     p = Path(spec.location).expanduser()
     if not p.exists():
@@ -137,9 +133,15 @@ def load_manifest(
             hint=_FORMATS_HINT + "; save a stream to a file first",
         )
     if p.is_dir():
-        return _load_folder(p, audio_column, text_column, language_column)
+        return _load_folder(p, audio_column, text_column, language_column, audio_dir)
     fmt, records = _file_records(p)
-    return _build(p, fmt, records, p.parent, audio_column, text_column, language_column)
+    base = _base(audio_dir, p.parent)
+    return _build(p, fmt, records, base, audio_column, text_column, language_column)
+
+
+def _base(audio_dir: str | os.PathLike | None, default: Path) -> Path:
+    """The folder relative audio paths resolve against: --audio_dir, else the manifest's."""
+    return Path(os.path.abspath(Path(audio_dir).expanduser())) if audio_dir else default
 
 
 def _file_records(p: Path) -> tuple[str, Iterator[_Record]]:
@@ -310,7 +312,11 @@ def _read_csv(path: Path, delimiter: str) -> Iterator[_Record]:
 
 
 def _load_folder(
-    folder: Path, audio_column: str | None, text_column: str | None, language_column: str | None
+    folder: Path,
+    audio_column: str | None,
+    text_column: str | None,
+    language_column: str | None,
+    audio_dir: str | os.PathLike | None,
 ) -> Manifest:
     if (folder / "dataset_info.json").is_file() or (folder / "state.json").is_file():
         return _load_saved_dataset(folder, audio_column, text_column, language_column)
@@ -332,7 +338,7 @@ def _load_folder(
                 meta,
                 "audiofolder",
                 reader(meta),
-                folder,
+                _base(audio_dir, folder),
                 audio_column,
                 text_column,
                 language_column,

@@ -50,8 +50,10 @@ def stream_source(spec: SourceSpec, columns: dict) -> StreamSource:
     else:
         raise DataError(f"{spec.text} is a manifest, read whole rather than streamed")
     head = list(itertools.islice(units[0].read(0, None), _HEAD)) if units else []
-    where = Path(spec.location)
-    maker = RowMaker.for_records(head, where, where.expanduser(), **columns)
+    columns = dict(columns)
+    where = Path(spec.location).expanduser()
+    base = Path(columns.pop("audio_dir", None) or where)
+    maker = RowMaker.for_records(head, where, base, **columns)
     return StreamSource(units, maker)
 
 
