@@ -32,11 +32,17 @@ def source_records(spec: SourceSpec) -> tuple[str, Path, Iterator[Record]]:
     return "hub", Path(spec.location).expanduser(), hub_records(stream, spec.name)
 
 
-def index_records(folder: Path) -> Iterator[Record]:
-    """The clips of a shard folder, from its index: nothing in the shards is read."""
+def index_records(
+    folder: Path, offset: int = 0, size: int | None = None, first_line: int = 1
+) -> Iterator[Record]:
+    """The clips of a shard folder, from its index: nothing in the shards is read. `offset`
+    and `size`: only those bytes of the index (one shard's lines, from shards.json)."""
     index = folder / INDEX_FILE
-    with index.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with index.open("rb") as f:
+        f.seek(offset)
+        lines = f.read(size).splitlines() if size is not None else f
+        for line_no, raw in enumerate(lines, start=first_line):
+            line = raw.decode("utf-8", errors="surrogateescape")
             try:
                 entry = json.loads(line)
                 shard = folder / entry["shard"]

@@ -58,24 +58,35 @@ def stream_source(spec: SourceSpec, columns: dict) -> StreamSource:
 
 
 def _indexed_units(folder: Path) -> list[Unit]:
-    by_shard: dict[str, list[tuple]] = {}
-    for line, record, _ in records.index_records(folder):
-        by_shard.setdefault(record["audio"].shard, []).append((line, record))
-    return [
-        Unit(Path(shard).name, len(clips), _IndexedShard(clips))
-        for shard, clips in by_shard.items()
-    ]
+    """A unit per shard, each reading its own lines of the index when it is read (their
+    byte range is in shards.json), so nothing grows with the clips before training."""
+    summary = index_summary(str(folder)) or {}
+    shards = summary.get("shards", [])
+    if not shards or any("index_offset" not in s for s in shards):
+        raise DataError(
+            f"{folder / 'shards.json'} does not say where each shard's index lines are",
+            hint="write the shards again with this version of `fitwhisper shard`",
+        )
+    units, line = [], 1
+    for s in shards:
+        read = _IndexedShard(folder, s["index_offset"], s["index_bytes"], line)
+        units.append(Unit(s["name"], s["clips"], read))
+        line += s["clips"]
+    return units
 
 
 @dataclass(frozen=True)
 class _IndexedShard:
-    clips: list[tuple[int, dict]]  # (index line, record)
+    folder: Path
+    offset: int  # the shard's lines in index.jsonl
+    size: int
+    first_line: int
 
     def __call__(self, start: int, order: list[int] | None) -> Iterator[tuple]:
-        picks = order if order is not None else range(len(self.clips))
+        clips = list(records.index_records(self.folder, self.offset, self.size, self.first_line))
+        picks = order if order is not None else range(len(clips))
         for k in picks[start:]:
-            line, record = self.clips[k]
-            yield line, record, None
+            yield clips[k]
 
 
 @dataclass(frozen=True)

@@ -90,20 +90,28 @@ def write_shards(
     index_tmp = out / (INDEX_FILE + ".partial")
     durations: list[float] = []
     languages: Counter = Counter()
-    with index_tmp.open("w", encoding="utf-8") as index:
+    with index_tmp.open("wb") as index:
         for group in _groups(_clips(manifest, summary), limit):
             if sort_by_duration:
                 group.sort(key=lambda c: c.duration_s)
             name = _SHARD_NAME.format(len(summary.shards))
             entries = _write_tar(out / name, group)
+            # Each shard's index lines are contiguous: a reader of one shard reads only them.
+            index_offset = index.tell()
             for entry in entries:
-                index.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                index.write((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
                 durations.append(entry["duration"])
                 languages[entry.get("language") or "unknown"] += 1
             seconds = sum(c.duration_s for c in group)
-            size = (out / name).stat().st_size
             summary.shards.append(
-                {"name": name, "clips": len(group), "seconds": round(seconds, 3), "bytes": size}
+                {
+                    "name": name,
+                    "clips": len(group),
+                    "seconds": round(seconds, 3),
+                    "bytes": (out / name).stat().st_size,
+                    "index_offset": index_offset,
+                    "index_bytes": index.tell() - index_offset,
+                }
             )
             summary.clips += len(group)
             summary.seconds += seconds
