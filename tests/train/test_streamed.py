@@ -155,3 +155,84 @@ def test_killed_stream_resumes_to_the_uninterrupted_losses(
 
     assert list(losses(killed)) == list(range(1, 9))
     assert losses(killed) == pytest.approx(losses(ref), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_two_nodes_read_every_clip_once_an_epoch(tiny_whisper_dir: Path, tmp_path: Path) -> None:
+    """Two "machines" (two torchrun launchers of one process each, joined by c10d
+    rendezvous on localhost over gloo) train one epoch of a shard folder: each reads its own
+    shards, and together they train every clip exactly once."""
+    import os
+    import socket
+
+    import fitwhisper
+
+    rows = []
+    for i in range(8):
+        path = write_tone(tmp_path / "clips" / f"t{i}.wav", 0.5 + 0.05 * i, freq=260.0 + 30 * i)
+        rows.append({"audio": str(path), "text": f"tone number {i}", "id": f"clip{i}"})
+    shards = tmp_path / "shards"
+    source = make.jsonl_manifest(rows, tmp_path / "train.jsonl")
+    assert main(["shard", str(source), str(shards), "--shard_size_mb", "0.03", "-q"]) == 0
+    assert len(json.loads((shards / "shards.json").read_text())["shards"]) >= 2
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src = Path(fitwhisper.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
+    args = _train(tiny_whisper_dir, str(shards), tmp_path / "run", "--num_train_epochs", "1")
+    args = [a for a in args if a != "-q"] + ["-v", "--report_to", "none"]
+    launchers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc_per_node",
+                "1",
+                "--node_rank",
+                str(node),
+                "--rdzv_backend",
+                "c10d",
+                "--rdzv_endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv_id",
+                "two-nodes",
+                "-m",
+                "fitwhisper",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        for node in (0, 1)
+    ]
+    logs = []
+    for proc in launchers:
+        try:
+            logs.append(proc.communicate(timeout=300)[0])
+        except subprocess.TimeoutExpired:
+            for p in launchers:
+                os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail(
+                "two-node run hung:\n" + "\n".join(p.communicate()[0][-2000:] for p in launchers)
+            )
+    for proc, log in zip(launchers, logs, strict=True):
+        assert proc.returncode == 0, log[-4000:]
+    # 8 clips / (2 per batch x 2 processes) = 2 steps, each process 4 clips of its shards.
+    trained: dict[int, list[str]] = {0: [], 1: []}
+    for log in logs:
+        for line in log.splitlines():
+            if line.startswith("streamed batch of process "):
+                rank, _, clips = line.removeprefix("streamed batch of process ").partition(": ")
+                trained[int(rank)] += [c.rsplit("/", 1)[1] for c in eval(clips)]  # noqa: S307
+    assert sorted(trained[0] + trained[1]) == sorted(r["id"] for r in rows)
+    assert len(trained[0]) == len(trained[1]) == 4
+    shard_of = {e["id"]: e["shard"] for e in map(json.loads, (shards / "index.jsonl").open())}
+    assert not {shard_of[c] for c in trained[0]} & {shard_of[c] for c in trained[1]}

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "stream_state_rank{}.json"  # in each checkpoint, one per process
 SKIPPED_KEY = "fitwhisper_stream_skipped"  # batch entry: the slot's bad rows so far
+CLIPS_KEY = "fitwhisper_stream_clips"  # batch entry: `shard/id` of each clip (a list)
 # An item's position as one int64 (the batch's item tags, train/guard.py): slot, epoch,
 # unit within the slot's epoch, clip within the unit (the next to read).
 _BITS = {"slot": 10, "epoch": 14, "unit": 18, "clip": 21}
@@ -158,6 +159,7 @@ class StreamedClips(IterableDataset):
                     example = self.item(row, audio, rng)
                     example[ITEMS_KEY] = encode(slot, Position(epoch, u, n + 1))
                     example[SKIPPED_KEY] = skipped
+                    example[CLIPS_KEY] = f"{unit.name}/{row.id}"
                     yield example
 
     def _dealt(self, slot: int, slots: int, epoch: int) -> list[tuple[int, list[int] | None]]:
@@ -208,9 +210,11 @@ class StreamCollator:
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         tags = [f.pop(ITEMS_KEY) for f in features]
         skipped = [f.pop(SKIPPED_KEY) for f in features]
+        clips = [f.pop(CLIPS_KEY) for f in features]
         batch = self.collator(features)
         batch[ITEMS_KEY] = torch.tensor(tags, dtype=torch.long)
         batch[SKIPPED_KEY] = torch.tensor(skipped, dtype=torch.long)
+        batch[CLIPS_KEY] = clips
         return batch
 
 

@@ -246,11 +246,14 @@ class StreamMixin:
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         from fitwhisper.data.batching import ITEMS_KEY
-        from fitwhisper.data.stream import SKIPPED_KEY
+        from fitwhisper.data.stream import CLIPS_KEY, SKIPPED_KEY
 
         skipped = inputs.pop(SKIPPED_KEY, None)
+        clips = inputs.pop(CLIPS_KEY, None)
         if (positions := getattr(self, "stream_positions", None)) is not None:
             positions.note(inputs.get(ITEMS_KEY), skipped)
+            # -v names every clip each process trains on (which reader read what).
+            log.debug("streamed batch of process %d: %s", self.args.process_index, clips)
         return super().training_step(model, inputs, num_items_in_batch)
 
     def _save_checkpoint(self, model, trial) -> None:
