@@ -25,14 +25,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fitwhisper.errors import ConfigError
-
-LOCK_FILE = ".fitwhisper.lock"
+from fitwhisper.output_guard import LOCK_FILE, MARKER, claim_folder
 
 
 @contextlib.contextmanager
-def output_folder(out: Path, work: str = "training run") -> Iterator[Path]:
+def output_folder(out: Path, work: str = "training run", command: str = "train") -> Iterator[Path]:
     """Create `out` if needed and hold its lock for the block; `work` names what writes it
-    (a "training run", an "evaluation") in the refusal.
+    (a "training run", an "evaluation") in the refusal. A new or empty folder is marked as
+    `command`'s (`fitwhisper.output_guard.claim_folder`), so a later --force may replace it.
 
     Raises:
         ConfigError: another process holds the folder.
@@ -41,10 +41,15 @@ def output_folder(out: Path, work: str = "training run") -> Iterator[Path]:
     out.mkdir(parents=True, exist_ok=True)
     # Under torchrun every process runs `train`; the main one holds the folder for them all.
     main_process = int(os.environ.get("RANK", "0")) == 0
+    marked = False
     try:
         with _locked(out / LOCK_FILE, work) if main_process else contextlib.nullcontext():
+            marked = main_process and claim_folder(out, command)
             yield out
     except BaseException:
+        if marked and out in created:  # the marker alone is not something written
+            with contextlib.suppress(OSError):
+                (out / MARKER).unlink()
         for folder in created:
             if not _empty(folder):
                 break

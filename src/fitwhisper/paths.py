@@ -1,6 +1,7 @@
 """Output paths checked before the work (a folder that is a file, or cannot be written, is
 named at once rather than after hours of training or transcription), and storage failures
-during the work (a full disk) told as such."""
+during the work (a full disk) told as such. Whether an output may be written at all (never
+onto an input, --force only over what fitwhisper made) is `fitwhisper.output_guard`'s."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import errno
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fitwhisper.errors import StorageError
@@ -99,52 +99,3 @@ def as_storage_error(e: BaseException, path: str | Path | None = None) -> Storag
             "can write",
         )
     return None
-
-
-Named = Mapping[str, str | Path | None] | Iterable[tuple[str, str | Path | None]]
-
-
-def overlap_problem(outputs: Named, inputs: Named) -> str | None:
-    """Why writing an output could destroy an input, or None: the one rule of every command
-    that writes. An output may not be an input, hold one (a folder --force would replace) or
-    lie inside one. Names say how the user gave each path (an option, MODEL); inputs that
-    are not on disk (a Hub id) cannot be harmed and are left out. Linear in the paths (a
-    transcription of 10,000 files checks each transcript against every input)."""
-    at: dict[Path, tuple[str, str | Path]] = {}  # each input, resolved
-    under: dict[Path, tuple[str, str | Path]] = {}  # each folder that holds an input
-    for name, inp in _pairs(inputs):
-        if inp and Path(inp).expanduser().exists():
-            i = Path(inp).expanduser().resolve()
-            at.setdefault(i, (name, inp))
-            for parent in i.parents:
-                under.setdefault(parent, (name, inp))
-    for out_name, out in _pairs(outputs):
-        if not out:
-            continue
-        o = Path(out).expanduser().resolve()
-        found = next(((p, "lies inside") for p in o.parents if p in at), None)
-        if o in at:
-            found = (o, "is")
-        elif o in under:
-            found = (o, "holds")
-        if found is None:
-            continue
-        path, how = found
-        in_name, inp = at.get(path) or under[path]
-        return (
-            f"{out_name} {out} {how} the input {in_name} {inp}: writing it could overwrite "
-            "or delete what you gave, so nothing was done"
-        )
-    return None
-
-
-def refuse_overlap(outputs: Named, inputs: Named) -> None:
-    """ConfigError, before any work, when an output could destroy an input (overlap_problem)."""
-    from fitwhisper.errors import ConfigError
-
-    if (why := overlap_problem(outputs, inputs)) is not None:
-        raise ConfigError(why, hint="choose an output path outside every input")
-
-
-def _pairs(named: Named) -> Iterable[tuple[str, str | Path | None]]:
-    return named.items() if isinstance(named, Mapping) else named

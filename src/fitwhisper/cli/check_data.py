@@ -76,10 +76,11 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.data.check import check_manifest
     from fitwhisper.data.manifest import load_manifest, select
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import Output, check_outputs
 
     opts, data_cfg = build_config(CheckDataOptions, args), build_config(DataConfig, args)
-    refuse_overlap({"--report": opts.report}, {"MANIFEST": opts.manifest, "--model": opts.model})
+    inputs = {"MANIFEST": opts.manifest, "--model": opts.model}
+    check_outputs([Output("--report", opts.report, "file")], inputs)
     manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns())
     if opts.limit is not None:
         manifest.rows = select(manifest.rows, opts.limit)

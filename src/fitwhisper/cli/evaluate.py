@@ -85,13 +85,12 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fitwhisper.folder_lock import output_folder
-    from fitwhisper.paths import refuse_overlap, require_folder
+    from fitwhisper.output_guard import Output, check_outputs
 
     # Before the model runs, not after it.
-    require_folder(cmd.output_dir, "--output_dir")
     inputs = {"MODEL": cmd.model, "MANIFEST": cmd.manifest, "--compare": cmd.compare}
-    refuse_overlap({"--output_dir": cmd.output_dir}, inputs)
-    with output_folder(Path(cmd.output_dir), "evaluation"):
+    check_outputs([Output("--output_dir", cmd.output_dir, "folder")], inputs)
+    with output_folder(Path(cmd.output_dir), "evaluation", command="evaluate"):
         return _evaluate(cmd, cfg, data_cfg)
 
 

@@ -92,7 +92,12 @@ class ExportArgs:
         default=8, metadata={"min": 1, "help": "Clips per batch when re-scoring."}
     )
     force: bool = field(
-        default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
+        default=False,
+        metadata={
+            "help": "Replace OUT if it exists and an earlier fitwhisper command made it "
+            "(never a folder it did not make, nor the model).",
+            "switch": True,
+        },
     )
 
 
@@ -130,13 +135,14 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.export.rescoring import rescore, scoring_rows
     from fitwhisper.models.resolve import resolve_model
     from fitwhisper.models.short_window import thirty_second_note
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import Output, check_outputs
 
     a = build_config(ExportArgs, args)
     formats = check_formats(a.format)
     # As given, before anything resolves; export_formats checks the resolved model again
     # (a run folder's final/, a LoRA adapter's base).
-    refuse_overlap({"OUT": a.out}, {"MODEL": a.model, "--manifest": a.manifest})
+    out = Output("OUT", a.out, "new_folder", replace=a.force)
+    check_outputs([out], {"MODEL": a.model, "--manifest": a.manifest})
     model = resolve_model(a.model)
     # The manifest's rows are checked before any format is written (and the formats'
     # refusals inside export_formats, before the first is written).

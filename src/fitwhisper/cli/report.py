@@ -71,18 +71,11 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from fitwhisper.errors import ConfigError
-    from fitwhisper.report import write_report
+    from fitwhisper.report import check_report_output, write_report
 
     a = build_config(ReportArgs, args)
-    # A page is rewritten freely; any other file is not ours to replace.
-    if a.output and Path(a.output).exists() and Path(a.output).suffix not in (".html", ".htm"):
-        raise ConfigError(
-            f"--output {a.output} exists and is not an HTML page; the report would replace it",
-            hint="give a new file name ending in .html",
-        )
+    # The output guard, before anything is read (write_report asks it again).
+    check_report_output(a.folder, a.other, a.output)
     path = write_report(a.folder, a.other, output=a.output, embed_audio=a.embed_audio)
     print(f"report: {path}")
     return 0

@@ -32,7 +32,7 @@ import numpy as np
 
 from fitwhisper.errors import ConfigError
 from fitwhisper.models.ct2_export import EXPORT_INFO
-from fitwhisper.paths import refuse_overlap, require_folder
+from fitwhisper.output_guard import Output, check_outputs, mark, replace_folder
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,9 @@ def export_formats(
     """Write `model_spec` in each of `formats` (see the module docstring for the layout).
 
     Raises:
-        ConfigError: an unknown format, or a destination that exists and is not empty
-            without `overwrite`.
+        ConfigError: an unknown format, or an OUT that may not be written
+            (`fitwhisper.output_guard`: not empty without `overwrite`, not made by
+            fitwhisper, or an input).
         ModelLoadError / DivergenceError: the source cannot be loaded, or has non-finite
             weights (a diverged run is never exported).
     """
@@ -162,11 +163,12 @@ def export_formats(
     out = Path(out)
     dests = destinations(out, formats)
     model = as_resolved(model_spec)
-    # Before any conversion, not after it: OUT writable, never over the source.
-    require_folder(out, "OUT")
-    refuse_overlap({"OUT": out}, source_paths(model_spec, model))
-    for dest in dests.values():
-        _clear(dest, overwrite)
+    # Before any conversion, not after it: OUT writable, never over the source, replaced
+    # only when an earlier export made it.
+    check_outputs(
+        [Output("OUT", out, "new_folder", replace=overwrite)], source_paths(model_spec, model)
+    )
+    replace_folder(out)
     remove_stale_work(dests.values())
     # A run's model card sits beside its weights, or beside a LoRA adapter.
     card_from = Path(str(model.adapter or model.path_or_id))
@@ -190,6 +192,7 @@ def export_formats(
                 record = {"format": fmt, "source": model.spec}
                 (work / EXPORT_INFO).write_text(json.dumps(record, indent=2) + "\n")
             written.append(Written(fmt, dest, model.spec, _size_mb(dest)))
+    mark(out, "export")
     return written
 
 
@@ -263,24 +266,6 @@ def source_paths(model_spec, model) -> dict[str, Path | str | None]:
         "MODEL (resolved)": model.path_or_id if model.kind != "hub" else None,
         "MODEL (adapter)": model.adapter,
     }
-
-
-def _clear(dest: Path, overwrite: bool) -> None:
-    """An earlier export in `dest` removed with --force; anything else in it refused."""
-    from fitwhisper.models.ct2_export import export_info
-
-    if not dest.exists() or not any(dest.iterdir()):
-        return
-    if not overwrite:
-        raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
-    if not export_info(dest):
-        raise ConfigError(
-            f"{dest} exists and holds files that fitwhisper export did not write (no "
-            f"{EXPORT_INFO} in it): --force replaces an earlier export only, never a folder "
-            "it did not make",
-            hint="choose another OUT, or move that folder away yourself",
-        )
-    shutil.rmtree(dest)
 
 
 @contextlib.contextmanager

@@ -41,10 +41,7 @@ def write_report(
 
     first = _checked(Path(folder))
     second = _checked(Path(other)) if other is not None else None
-    if output is None:
-        name = f"compare-{second.resolve().name}.html" if second else REPORT_FILE
-        output = first / name
-    out = Path(output)
+    out = check_report_output(first, second, output)
     out.parent.mkdir(parents=True, exist_ok=True)
     if second is not None:
         data = gather_pair(first, second, out.parent, embed_audio=embed_audio)
@@ -57,6 +54,31 @@ def write_report(
     tmp.write_text(render(data), encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def check_report_output(
+    folder: str | Path, other: str | Path | None = None, output: str | Path | None = None
+) -> Path:
+    """The page's path (`write_report`'s default when `output` is None), passed by the
+    output guard: never one of the files the page is made from (the folder itself holds
+    the page), and an existing file only when it is a page; ConfigError otherwise."""
+    from fitwhisper.output_guard import Output, check_outputs
+
+    if output is None:
+        name = f"compare-{Path(other).resolve().name}.html" if other else REPORT_FILE
+        output = Path(folder) / name
+    read = [(str(f), f) for d in (folder, other) if d for f in _read_files(Path(d))]
+    check_outputs([Output("--output", output, "file", suffixes=(".html", ".htm"))], read)
+    return Path(output)
+
+
+def _read_files(folder: Path) -> list[Path]:
+    """The files a page may be made from: those in the folder and one level down (eval/,
+    final/, a comparison's model folders), pages excepted."""
+    found = []
+    for pattern in ("*", "*/*"):
+        found += [f for f in folder.glob(pattern) if f.suffix not in (".html", ".htm")]
+    return found
 
 
 def report_quietly(folder: str | Path) -> Path | None:

@@ -147,9 +147,22 @@ def _reporting_problems(cfg: TrainConfig) -> list[str]:
 
 
 def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
-    from fitwhisper.paths import overlap_problem
+    """The output guard's problems with the run folder (fitwhisper.output_guard)."""
+    from fitwhisper.output_guard import Output, output_problems
 
-    inputs = {
+    out = Output(
+        "--output_dir",
+        cfg.output_dir,
+        "folder",
+        replace=cfg.overwrite_output_dir,
+        replace_flag="--overwrite_output_dir",
+    )
+    return output_problems([out], train_inputs(model_cfg, data_cfg, cfg))
+
+
+def train_inputs(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> dict:
+    """Every path a run reads, as the user named it (for the output guard)."""
+    return {
         "--model": model_cfg.model,
         "--plan": cfg.plan,
         "--rehearsal_manifest": data_cfg.rehearsal_manifest,
@@ -157,8 +170,6 @@ def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainCo
         f"--{name}": getattr(cfg, name)
         for name in ("train_manifest", "eval_manifest", "regression_manifest")
     }
-    why = overlap_problem({"--output_dir": cfg.output_dir}, inputs)
-    return [why] if why else []
 
 
 def _output_dir_problems(cfg: TrainConfig) -> list[str]:
@@ -167,8 +178,8 @@ def _output_dir_problems(cfg: TrainConfig) -> list[str]:
 
     if not cfg.output_dir.strip():
         return []  # an empty path: named by its field's check (option_ranges)
-    if (unusable := folder_problem(cfg.output_dir, "--output_dir")) is not None:
-        return [unusable]
+    if folder_problem(cfg.output_dir, "--output_dir") is not None:
+        return []  # named by the output guard (_overlap_problems)
     problems = []
     found = checkpoints(cfg.output_dir)
     final = Path(cfg.output_dir) / "final"
