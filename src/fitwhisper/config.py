@@ -160,6 +160,7 @@ class ModelConfig:
         default=None,
         metadata={
             "path": "new_folder",
+            "files_among_others": True,
             "help": "Where Hub downloads go (default: the Hugging Face cache).",
         },
     )
@@ -399,6 +400,7 @@ class TrainConfig:
         default=None,
         metadata={
             "path": "new_folder",
+            "files_among_others": True,
             "help": "TensorBoard folder; none means RUN/logs.",
             "aliases": ["--logdir"],
         },

@@ -22,6 +22,9 @@ Field metadata read here:
                   when it exists), "new_file" or "new_folder" (an output: not the other
                   kind when it exists), "any" (a file or a folder), "model" (a folder,
                   Hub id or offline name: never a file). The empty text is never a path.
+    files_among_others  for a new_folder: it receives files among others' (transcripts
+                  beside recordings, a cache), so it may hold the command's inputs
+                  (`fitwhisper.output_guard`'s `files_into`)
 
 Floats must be finite whatever their bounds.
 """

@@ -150,14 +150,19 @@ def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainCo
     """The output guard's problems with the run folder (fitwhisper.output_guard)."""
     from fitwhisper.output_guard import Output, output_problems
 
-    out = Output(
-        "--output_dir",
-        cfg.output_dir,
-        "folder",
-        replace=cfg.overwrite_output_dir,
-        replace_flag="--overwrite_output_dir",
-    )
-    return output_problems([out], train_inputs(model_cfg, data_cfg, cfg))
+    outputs = [
+        Output(
+            "--output_dir",
+            cfg.output_dir,
+            "folder",
+            replace=cfg.overwrite_output_dir,
+            replace_flag="--overwrite_output_dir",
+        ),
+        # Folders that receive files among others' (TensorBoard's events, Hub downloads).
+        Output("--logging_dir", cfg.logging_dir, "files_into"),
+        Output("--cache_dir", model_cfg.cache_dir, "files_into"),
+    ]
+    return output_problems(outputs, train_inputs(model_cfg, data_cfg, cfg))
 
 
 def train_inputs(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> dict:

@@ -208,7 +208,13 @@ def _check(model_cfg, data_cfg, train_cfg: TrainConfig, tune_cfg: TuneConfig, wo
     from fitwhisper.train.validation import train_inputs
 
     # The study folder itself, then each trial's as train checks its run folder.
-    study = Output("--output_dir", train_cfg.output_dir, "folder")
+    study = Output(
+        "--output_dir",
+        train_cfg.output_dir,
+        "folder",
+        replace=train_cfg.overwrite_output_dir,
+        replace_flag="--overwrite_output_dir",
+    )
     check_outputs([study], train_inputs(model_cfg, data_cfg, train_cfg))
     probe = dataclasses.replace(train_cfg, output_dir=str(Path(train_cfg.output_dir) / "trials"))
     validate(model_cfg, data_cfg, probe)
