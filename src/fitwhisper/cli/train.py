@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config, load_config_file
@@ -43,13 +44,34 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     )
 
 
-def options_from(args: argparse.Namespace, sections: dict[str, type]) -> tuple[list, set[str]]:
+def options_from(
+    args: argparse.Namespace,
+    sections: dict[str, type],
+    also: Callable[[dict[str, object]], list[str]] | None = None,
+) -> tuple[list, set[str]]:
     """One config object per section, from --config FILE and the flags (which win), and the
     names of the options the user gave, for --plan and --auto_fit: flags absent from the
-    command line are absent from args (argparse.SUPPRESS)."""
+    command line are absent from args (argparse.SUPPRESS). Every section's problems, and
+    those `also` finds in the sections that built ({name: config}), are reported together in
+    one ConfigError."""
+    from fitwhisper.errors import ConfigError
+
     config_file = build_config(ConfigFile, args).config
     from_file = load_config_file(config_file, sections) if config_file else {}
-    configs = [build_config(cls, args, from_file.get(name, {})) for name, cls in sections.items()]
+    built, problems = {}, []
+    for name, cls in sections.items():
+        try:
+            built[name] = build_config(cls, args, from_file.get(name, {}))
+        except ConfigError as e:
+            problems.append(e.message)
+    if also is not None:
+        problems += also(built)
+    if problems:
+        raise ConfigError(
+            "; ".join(problems),
+            hint="fix the values; `--help` says what each option takes",
+        )
+    configs = list(built.values())
     explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
     return configs, explicit
 

@@ -119,6 +119,16 @@ def destinations(out: Path, formats: Sequence[str]) -> dict[str, Path]:
     return {f: out / f for f in formats}
 
 
+def export_outputs(out: str | Path, formats: Sequence[str], overwrite: bool) -> list[Output]:
+    """What an export writes, for the output guard: OUT, written whole for one format; for
+    several, OUT/<format>/ each written whole, in an OUT that may hold other things."""
+    dests = destinations(Path(out), formats)
+    if len(dests) == 1:
+        return [Output("OUT", out, "new_folder", replace=overwrite)]
+    folders = [Output(f"OUT/{f}", d, "new_folder", replace=overwrite) for f, d in dests.items()]
+    return [Output("OUT", out, "folder"), *folders]
+
+
 def check_formats(formats: Sequence[str]) -> list[str]:
     """The formats asked for, once each, in the order given; ConfigError for an unknown one."""
     unknown = [f for f in formats if f not in FORMATS]
@@ -165,10 +175,9 @@ def export_formats(
     model = as_resolved(model_spec)
     # Before any conversion, not after it: OUT writable, never over the source, replaced
     # only when an earlier export made it.
-    check_outputs(
-        [Output("OUT", out, "new_folder", replace=overwrite)], source_paths(model_spec, model)
-    )
-    replace_folder(out)
+    check_outputs(export_outputs(out, formats, overwrite), source_paths(model_spec, model))
+    for dest in dests.values():
+        replace_folder(dest)
     remove_stale_work(dests.values())
     # A run's model card sits beside its weights, or beside a LoRA adapter.
     card_from = Path(str(model.adapter or model.path_or_id))
@@ -182,6 +191,7 @@ def export_formats(
             if fmt == "ct2":
                 r = export_ct2(source, dest, quantization=quantization, overwrite=True)
                 _copy_card(card_from, dest)
+                mark(dest, "export")
                 written.append(Written("ct2", dest, model.spec, r.size_mb))
                 continue
             kwargs = {"dtype": ggml_dtype} if fmt == "ggml" else {}
@@ -192,7 +202,7 @@ def export_formats(
                 record = {"format": fmt, "source": model.spec}
                 (work / EXPORT_INFO).write_text(json.dumps(record, indent=2) + "\n")
             written.append(Written(fmt, dest, model.spec, _size_mb(dest)))
-    mark(out, "export")
+            mark(dest, "export")
     return written
 
 
