@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
@@ -76,6 +77,15 @@ def run(args: argparse.Namespace) -> int:
     a = build_config(ReportArgs, args)
     # The output guard, before anything is read (write_report asks it again).
     check_report_output(a.folder, a.other, a.output)
-    path = write_report(a.folder, a.other, output=a.output, embed_audio=a.embed_audio)
+    unreadable: list[str] = []
+    path = write_report(
+        a.folder, a.other, output=a.output, embed_audio=a.embed_audio, unreadable=unreadable
+    )
     print(f"report: {path}")
+    if unreadable:  # as transcribe does for bad inputs: the rest written, each named, exit 1
+        print(
+            f"could not read {len(unreadable)} file(s); the page leaves them out:", file=sys.stderr
+        )
+        print("\n".join(f"  {entry}" for entry in unreadable), file=sys.stderr)
+        return 1
     return 0
