@@ -25,14 +25,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fitwhisper.errors import ConfigError
-from fitwhisper.output_guard import LOCK_FILE, MARKER, claim_folder
+
+LOCK_FILE = ".fitwhisper.lock"
 
 
 @contextlib.contextmanager
-def output_folder(out: Path, work: str = "training run", command: str = "train") -> Iterator[Path]:
+def output_folder(
+    out: Path, work: str = "training run", ignore: tuple[str, ...] = ()
+) -> Iterator[Path]:
     """Create `out` if needed and hold its lock for the block; `work` names what writes it
-    (a "training run", an "evaluation") in the refusal. A new or empty folder is marked as
-    `command`'s (`fitwhisper.output_guard.claim_folder`), so a later --force may replace it.
+    (a "training run", an "evaluation") in the refusal. Files named in `ignore` do not
+    count as written (the output guard's marker): a folder made here that holds only them
+    is removed on failure too.
 
     Raises:
         ConfigError: another process holds the folder.
@@ -41,16 +45,15 @@ def output_folder(out: Path, work: str = "training run", command: str = "train")
     out.mkdir(parents=True, exist_ok=True)
     # Under torchrun every process runs `train`; the main one holds the folder for them all.
     main_process = int(os.environ.get("RANK", "0")) == 0
-    marked = False
     try:
         with _locked(out / LOCK_FILE, work) if main_process else contextlib.nullcontext():
-            marked = main_process and claim_folder(out, command)
             yield out
     except BaseException:
-        if marked and out in created:  # the marker alone is not something written
-            with contextlib.suppress(OSError):
-                (out / MARKER).unlink()
         for folder in created:
+            with contextlib.suppress(OSError):
+                if all(p.name in ignore for p in folder.iterdir()):
+                    for name in ignore:
+                        (folder / name).unlink(missing_ok=True)
             if not _empty(folder):
                 break
             with contextlib.suppress(OSError):

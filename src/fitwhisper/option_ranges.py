@@ -167,7 +167,7 @@ def path_problem(flag: str, kind: str, value: str) -> str | None:
         return f"{flag} {value} is a file; a model is a folder, a Hub id or an offline name"
     if kind in ("new_file", "new_folder"):
         parent = next((a for a in p.parents if a.exists()), None)
-        if parent is not None and not parent.is_dir():  # the wording of fitwhisper.paths
+        if parent is not None and not parent.is_dir():  # the wording of fitwhisper.output_guard
             if kind == "new_file":
                 return f"{flag} {value}: {parent} is not a folder"
             return f"{flag} {value} cannot be made: {parent} is a file, not a folder"

@@ -17,7 +17,7 @@ problem. The rule:
    it holds `MARKER`, which every command writes into the folders it makes (`mark`), or,
    for folders written before the marker existed, the record of the command that made it
    (`LEGACY_RECORDS`: a run's fitwhisper.yaml, an export's fitwhisper_export.json, a study's
-   study.db, the lock of train and evaluate). A folder merged or imported by an older
+   study.db). A folder merged or imported by an older
    version holds none of these: it is refused once, with the hint to move it away.
    `replace_folder` is the only place that removes an output folder, and checks again.
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +40,11 @@ from typing import Literal
 from fitwhisper.errors import ConfigError
 
 MARKER = "fitwhisper_output.json"  # {"command": ..., "version": ...}: fitwhisper made this
-LOCK_FILE = ".fitwhisper.lock"  # the lock train and evaluate hold (fitwhisper.folder_lock)
 # Records of the commands that made a folder before MARKER existed (see the docstring).
 LEGACY_RECORDS = {
     "fitwhisper_export.json": "export",
     "fitwhisper.yaml": "train",
     "study.db": "tune",
-    LOCK_FILE: "train or evaluate",
 }
 
 Named = Mapping[str, str | Path | None] | Iterable[tuple[str, str | Path | None]]
@@ -146,19 +145,20 @@ def _older_export_of_formats(folder: Path) -> bool:
 
 def mark(folder: str | Path, command: str) -> None:
     """Record in `folder` that `command` made it, so a later --force may replace it."""
-    from fitwhisper import __version__
+    import fitwhisper
 
-    record = {"command": command, "version": __version__}
+    record = {"command": command, "version": fitwhisper.__version__}
     Path(folder, MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def claim_folder(folder: str | Path, command: str) -> bool:
+def claim_folder(folder: str | Path, command: str, ignore: tuple[str, ...] = ()) -> bool:
     """Create output folder `folder` (and its parents) for `command`, marking it as
-    fitwhisper's when it is new or empty: never a folder that already holds files of
-    someone's (a later --force would then replace them). Returns whether it marked it."""
+    fitwhisper's when it is new or empty (files named in `ignore` aside: the lock the
+    command holds): never a folder that already holds someone's files (a later --force
+    would then replace them). Returns whether it marked it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if (folder / MARKER).exists() or any(p.name != LOCK_FILE for p in folder.iterdir()):
+    if (folder / MARKER).exists() or any(p.name not in ignore for p in folder.iterdir()):
         return False
     mark(folder, command)
     return True
@@ -203,8 +203,6 @@ def _overlap(out: Output, at, under, ids: _Identities) -> str | None:
 
 
 def _usable(out: Output) -> str | None:
-    from fitwhisper.paths import file_problem, folder_problem
-
     if out.kind == "file":
         return file_problem(out.path, out.name)
     return folder_problem(out.path, out.name)
@@ -275,3 +273,49 @@ class _Identities:
 
 def _pairs(named: Named) -> Iterable[tuple[str, str | Path | None]]:
     return named.items() if isinstance(named, Mapping) else named
+
+
+# --- whether a path can be written at all -------------------------------------------------
+
+
+def folder_problem(path: str | Path, what: str) -> str | None:
+    """Why `path` cannot become a writable folder (created if missing), or None.
+
+    Writes nothing: the nearest existing ancestor is probed with a temporary file that is
+    removed at once (permissions alone mislead for root, ACLs and read-only disks).
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{what} {path} is a file, not a folder"
+    parent = path
+    while not parent.exists():
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{what} {path} cannot be made: {parent} is a file, not a folder"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fitwhisper-probe-")
+    except OSError as e:
+        return f"{what} {path} cannot be written: {parent}: {e.strerror}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def require_folder(path: str | Path, what: str) -> None:
+    """Raise a ConfigError unless `path` can be a writable folder (see `folder_problem`)."""
+    if (why := folder_problem(path, what)) is not None:
+        raise ConfigError(why, hint=f"choose a {what} folder you can write")
+
+
+def file_problem(path: str | Path, what: str) -> str | None:
+    """Why a file cannot be written at `path` (its folder must exist), or None."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return f"{what} {path} is a folder, not a file"
+    if path.parent.exists() and not path.parent.is_dir():
+        return f"{what} {path}: {path.parent} is not a folder"
+    if not path.parent.is_dir():
+        return f"{what} {path}: {path.parent} does not exist, so nothing could be written"
+    return folder_problem(path.parent, what)

@@ -8,6 +8,8 @@ it cannot break the file or screen it lands in: one function per kind of output.
   JavaScript take for line ends, are escaped too, so one record stays one line.
 - `json_for_html`: the same inside an HTML `<script>` (every `<` escaped).
 - `html_text`: text inside an HTML element or attribute.
+- `plain_text`: a plain-text file (a transcript's .txt): its lines kept, every other kind
+  of line break made a newline, control characters dropped.
 - `one_line`: a subtitle cue or a TSV cell: control characters dropped, every kind of line
   break and run of white space one space, so a cue stays one line and a row one row.
 - `vtt_cue`: `one_line` with WebVTT's escapes (`&`, `<`, `>`: cue text is markup, and
@@ -33,6 +35,8 @@ from typing import Any
 # Characters JSON may hold raw that some readers break lines at, and lone surrogates.
 _JSON_ESCAPED = re.compile("[\x85\u2028\u2029\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Every line end `str.splitlines` knows (\r\n first, as one).
+_LINE_BREAKS = re.compile("\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 # Bidirectional embeddings, overrides and isolates (Trojan Source), shown as escapes.
 _BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -53,6 +57,13 @@ def json_for_html(value: Any) -> str:
 def html_text(text: str) -> str:
     """`text` for an HTML element or attribute: markup escaped, lone surrogates replaced."""
     return html.escape(_SURROGATE.sub("\ufffd", text), quote=True)
+
+
+def plain_text(text: str) -> str:
+    """`text` for a plain-text file: every kind of line break one "\\n" (so every reader
+    sees the same lines), other control characters but tab dropped, lone surrogates too."""
+    text = _LINE_BREAKS.sub("\n", _SURROGATE.sub("", text))
+    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) != "Cc")
 
 
 def one_line(text: str) -> str:

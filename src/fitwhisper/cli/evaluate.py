@@ -84,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
         return _evaluate(cmd, cfg, data_cfg)
     from pathlib import Path
 
-    from fitwhisper.folder_lock import output_folder
-    from fitwhisper.output_guard import Output, check_outputs
+    from fitwhisper.folder_lock import LOCK_FILE, output_folder
+    from fitwhisper.output_guard import MARKER, Output, check_outputs, claim_folder
 
     # Before the model runs, not after it.
     inputs = {"MODEL": cmd.model, "MANIFEST": cmd.manifest, "--compare": cmd.compare}
     check_outputs([Output("--output_dir", cmd.output_dir, "folder")], inputs)
-    with output_folder(Path(cmd.output_dir), "evaluation", command="evaluate"):
+    with output_folder(Path(cmd.output_dir), "evaluation", ignore=(MARKER,)) as out:
+        claim_folder(out, "evaluate", ignore=(LOCK_FILE,))
         return _evaluate(cmd, cfg, data_cfg)
 
 

@@ -7,6 +7,7 @@
 - `stats`: paired-bootstrap interval, error rate by duration and by speaker
 - `compare`: two folders, clip by clip
 - `render`: one self-contained HTML file (assets/: page.js, page.css, uPlot)
+- `unreadable`: the files a page could not read, named
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def train_inputs(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig)
 
 
 def _output_dir_problems(cfg: TrainConfig) -> list[str]:
-    from fitwhisper.paths import folder_problem
+    from fitwhisper.output_guard import folder_problem
     from fitwhisper.train.checkpoints import checkpoints, is_complete
 
     if not cfg.output_dir.strip():

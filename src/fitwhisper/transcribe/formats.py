@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from fitwhisper.safe_text import json_text, one_line, vtt_cue
+from fitwhisper.safe_text import json_text, one_line, plain_text, vtt_cue
 
 OutputFormat = Literal["txt", "json", "srt", "vtt", "tsv"]
 FORMATS: tuple[OutputFormat, ...] = ("txt", "json", "srt", "vtt", "tsv")
@@ -109,7 +109,7 @@ def render(t: Transcript, fmt: OutputFormat) -> str:
     """The file content of `t` in `fmt`; ends with a newline."""
     # Every text goes through fitwhisper.safe_text: one way per kind of file.
     if fmt == "txt":
-        return one_line(t.text) + "\n"
+        return plain_text(t.text) + "\n"
     if fmt == "json":
         return json_text(t.as_dict(), indent=2) + "\n"
     if fmt == "tsv":
