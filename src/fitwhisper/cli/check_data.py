@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import dataclass, field
 
-from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.cli.flags import Options, add_command, build_configs
 from fitwhisper.config import DataConfig
 from fitwhisper.option_ranges import COUNT_OR_ALL
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from fitwhisper.data.manifest import load_manifest, select
     from fitwhisper.output_guard import Output, check_outputs
 
-    opts, data_cfg = build_config(CheckDataOptions, args), build_config(DataConfig, args)
+    opts, data_cfg = build_configs(args, (CheckDataOptions, DataConfig))
     inputs = {"MANIFEST": opts.manifest, "--model": opts.model}
     check_outputs([Output("--report", opts.report, "file")], inputs)
     manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.cli.flags import Options, add_command, build_configs
 from fitwhisper.config import DataConfig, EvalConfig
 
 
@@ -78,8 +78,7 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    cmd = build_config(EvaluateCommand, args)
-    cfg, data_cfg = build_config(EvalConfig, args), build_config(DataConfig, args)
+    cmd, cfg, data_cfg = build_configs(args, (EvaluateCommand, EvalConfig, DataConfig))
     if not cmd.output_dir:
         return _evaluate(cmd, cfg, data_cfg)
     from pathlib import Path

@@ -192,6 +192,34 @@ def build_config(
     return built
 
 
+def build_configs(
+    args: argparse.Namespace,
+    classes: Sequence[type],
+    file_values: Sequence[dict[str, Any]] | None = None,
+    also: Callable[[list[Any]], list[str]] | None = None,
+) -> list[Any]:
+    """`build_config` for each of `classes` (with its config-file section from
+    `file_values`), and every problem of all of them, with those `also(built)` finds (None
+    in place of an options object that did not build), in one ConfigError: a command line
+    with four mistakes hears of four at once."""
+    built, problems = [], []
+    for i, cls in enumerate(classes):
+        try:
+            built.append(build_config(cls, args, (file_values or [{}] * len(classes))[i]))
+        except ConfigError as e:
+            built.append(None)
+            problems.append(e.message)
+    if also is not None:
+        problems += also(built)
+    if problems:
+        raise ConfigError(
+            "; ".join(problems),
+            hint=f"fix the value{'s' if len(problems) > 1 else ''}; `--help` says what each "
+            "option takes",
+        )
+    return built
+
+
 def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, dict[str, Any]]:
     """Read a YAML config: either flat (`learning_rate: 1e-5`) or in sections named like the
     run record (`model:`, `data:`, `train:`). Unknown keys are an error, all listed at once."""

@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from fitwhisper.cli.flags import Options, add_command, build_config, load_config_file
+from fitwhisper.cli.flags import (
+    Options,
+    add_command,
+    build_config,
+    build_configs,
+    load_config_file,
+)
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 
 
@@ -47,31 +54,24 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def options_from(
     args: argparse.Namespace,
     sections: dict[str, type],
-    also: Callable[[dict[str, object]], list[str]] | None = None,
+    also: Callable[[dict[str, Any]], list[str]] | None = None,
 ) -> tuple[list, set[str]]:
     """One config object per section, from --config FILE and the flags (which win), and the
     names of the options the user gave, for --plan and --auto_fit: flags absent from the
     command line are absent from args (argparse.SUPPRESS). Every section's problems, and
     those `also` finds in the sections that built ({name: config}), are reported together in
     one ConfigError."""
-    from fitwhisper.errors import ConfigError
-
     config_file = build_config(ConfigFile, args).config
     from_file = load_config_file(config_file, sections) if config_file else {}
-    built, problems = {}, []
-    for name, cls in sections.items():
-        try:
-            built[name] = build_config(cls, args, from_file.get(name, {}))
-        except ConfigError as e:
-            problems.append(e.message)
-    if also is not None:
-        problems += also(built)
-    if problems:
-        raise ConfigError(
-            "; ".join(problems),
-            hint="fix the values; `--help` says what each option takes",
-        )
-    configs = list(built.values())
+    names = list(sections)
+
+    def more(built: list) -> list[str]:
+        ok = {n: b for n, b in zip(names, built, strict=True) if b is not None}
+        return also(ok) if also is not None else []
+
+    configs = build_configs(
+        args, list(sections.values()), [from_file.get(n, {}) for n in names], also=more
+    )
     explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
     return configs, explicit
 

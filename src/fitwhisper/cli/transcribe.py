@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.cli.flags import Options, add_command, build_configs
 from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions, with_timestamps_for
 from fitwhisper.whisper_facts import decoding
 
@@ -55,9 +55,8 @@ def run(args: argparse.Namespace) -> int:
         transcribe_files,
     )
 
-    job = build_config(TranscribeJob, args)
-    opts = build_config(TranscribeOptions, args)
-    quiet = build_config(CommonOptions, args).quiet
+    job, opts, common = build_configs(args, (TranscribeJob, TranscribeOptions, CommonOptions))
+    quiet = common.quiet
 
     # 1. Inputs and outputs, checked before any model loads.
     formats = _checked_formats(job, opts)
