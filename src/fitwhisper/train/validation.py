@@ -197,15 +197,30 @@ def _output_dir_problems(cfg: TrainConfig) -> list[str]:
     if cfg.resume and cfg.overwrite_output_dir:
         problems.append("--resume and --overwrite_output_dir contradict each other; pick one")
     elif cfg.resume == "latest" and not any(is_complete(c) for c in found):
+        # Incomplete ones only (a kill during the first save): a fresh run would be refused
+        # for them, so the way out is the option that removes them.
+        afresh = (
+            "pass --overwrite_output_dir instead of --resume to start afresh (deletes them)"
+            if found
+            else "train without --resume to start afresh"
+        )
         problems.append(
             f"--resume: no complete checkpoint in {cfg.output_dir}"
             + (f" ({len(found)} incomplete)" if found else "")
-            + "; train without --resume to start afresh, or pass --resume PATH"
+            + f"; {afresh}, or pass --resume PATH"
         )
     elif cfg.resume and cfg.resume != "latest" and not Path(cfg.resume).is_dir():
         problems.append(f"--resume {cfg.resume}: no such checkpoint folder")
     elif found and not cfg.resume and not cfg.overwrite_output_dir:
         names = ", ".join(c.name for c in found[-3:])
+        if not any(is_complete(c) for c in found):  # nothing --resume could continue from
+            problems.append(
+                f"--output_dir {cfg.output_dir} holds only incomplete checkpoints of an "
+                f"earlier run that was stopped while saving ({names}): nothing to resume "
+                "from; pass --overwrite_output_dir to start afresh (deletes them), or choose "
+                "another --output_dir"
+            )
+            return problems
         problems.append(
             f"--output_dir {cfg.output_dir} already holds checkpoints of an earlier run "
             f"({'..., ' if len(found) > 3 else ''}{names}): add --resume to continue from the "
