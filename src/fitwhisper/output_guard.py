@@ -164,6 +164,15 @@ def claim_folder(folder: str | Path, command: str, ignore: tuple[str, ...] = ())
     return True
 
 
+def as_if_made_by_mkdir(folder: str | Path) -> None:
+    """Give `folder` the permissions a plain mkdir would (the umask's): a temporary folder
+    (`tempfile.mkdtemp`, readable by its owner only) renamed into place as an output must
+    not stay private."""
+    umask = os.umask(0)
+    os.umask(umask)
+    Path(folder).chmod(0o777 & ~umask)
+
+
 def replace_folder(folder: str | Path, flag: str = "--force") -> None:
     """Remove output folder `folder` to write it afresh: only a folder fitwhisper made (or an
     empty one); ConfigError for any other, with nothing removed."""

@@ -32,7 +32,13 @@ import numpy as np
 
 from fitwhisper.errors import ConfigError
 from fitwhisper.models.ct2_export import EXPORT_INFO
-from fitwhisper.output_guard import Output, check_outputs, mark, replace_folder
+from fitwhisper.output_guard import (
+    Output,
+    as_if_made_by_mkdir,
+    check_outputs,
+    mark,
+    replace_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +292,7 @@ def _aside(dest: Path) -> Iterator[Path]:
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}-{os.getpid()}-", dir=dest.parent))
     try:
         yield work
+        as_if_made_by_mkdir(work)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(work, dest)

@@ -29,7 +29,13 @@ from typing import Literal
 import torch
 
 from fitwhisper.errors import ModelLoadError
-from fitwhisper.output_guard import Output, check_outputs, mark, replace_folder
+from fitwhisper.output_guard import (
+    Output,
+    as_if_made_by_mkdir,
+    check_outputs,
+    mark,
+    replace_folder,
+)
 from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, TIMESTAMP_TOKENS
 
 log = logging.getLogger(__name__)
@@ -544,10 +550,9 @@ def _probe_encoding(tok: dict) -> list[str]:
 
 
 def _make_readable(folder: Path) -> None:
-    # mkdtemp makes a private folder; give it the permissions a plain mkdir would have.
+    as_if_made_by_mkdir(folder)
     umask = os.umask(0)
     os.umask(umask)
-    folder.chmod(0o777 & ~umask)
     for f in folder.iterdir():
         f.chmod(0o666 & ~umask)
 
