@@ -184,6 +184,7 @@ class ModelConfig:
         default=None,
         metadata={
             "path": "new_folder",
+            "files_among_others": True,
             "help": "Where Hub downloads go (default: the Hugging Face cache).",
         },
     )
@@ -436,6 +437,7 @@ class TrainConfig:
         default=None,
         metadata={
             "path": "new_folder",
+            "files_among_others": True,
             "help": "TensorBoard folder; none means RUN/logs.",
             "aliases": ["--logdir"],
         },

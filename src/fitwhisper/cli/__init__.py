@@ -92,6 +92,8 @@ def _run(args: argparse.Namespace, common: CommonOptions) -> int:
                 raise
             raise user_error from e
     except FitWhisperError as e:
+        from fitwhisper.safe_text import terminal_text
+
         if common.debug:
             raise
         rank = os.environ.get("RANK", "0")
@@ -99,9 +101,11 @@ def _run(args: argparse.Namespace, common: CommonOptions) -> int:
             return 1  # several processes (torchrun): the main one prints the message
         # Out of memory happens to one process (the main one may be fine): it says which.
         where = f" (rank {rank})" if rank not in ("", "0") else ""
-        print(f"error{where}: {e.message}", file=sys.stderr)
+        # File names and texts from the user's data, shown as escapes where they could
+        # move the cursor or reorder the line (fitwhisper.safe_text).
+        print(f"error{where}: {terminal_text(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"\nhint: {e.hint}", file=sys.stderr)
+            print(f"\nhint: {terminal_text(e.hint)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

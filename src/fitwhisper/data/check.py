@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from fitwhisper.data.audio import AudioDecodeError, load_audio_with_info
 from fitwhisper.data.check_cache import FactsCache, audio_key
 from fitwhisper.data.manifest import BAD_ENCODING, MISSING_FIELD, UNPARSABLE_ROW, Manifest, Row
 from fitwhisper.errors import ConfigError, DataError
+from fitwhisper.safe_text import json_text
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,11 @@ class CheckReport:
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         records = (_record(r) for r in self.rows)
-        with path.open("w", encoding="utf-8", newline="") as f:
+        # A file name that is not UTF-8 (surrogate escapes) is written as \udcXX, readable.
+        with path.open("w", encoding="utf-8", errors="backslashreplace", newline="") as f:
             if path.suffix.lower() == ".jsonl":
                 for rec in records:
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    f.write(json_text(rec) + "\n")
             else:
                 writer = csv.DictWriter(f, fieldnames=_REPORT_FIELDS)
                 writer.writeheader()

@@ -57,7 +57,8 @@ def train(
         ModelLoadError: the model cannot be resolved.
         DivergenceError: a NaN/Inf loss, gradient or weight, at the step named (guard.py).
     """
-    from fitwhisper.folder_lock import output_folder
+    from fitwhisper.folder_lock import LOCK_FILE, output_folder
+    from fitwhisper.output_guard import MARKER, claim_folder
     from fitwhisper.train import ranks, setup
     from fitwhisper.train.run_plan import resolve_options
     from fitwhisper.train.validation import validate
@@ -82,7 +83,9 @@ def train(
         processor = setup.processor(resolved, model_cfg)
 
     # 2. One run per folder (lock.py); a folder this run made goes again on an early error.
-    with output_folder(Path(train_cfg.output_dir)) as out:
+    with output_folder(Path(train_cfg.output_dir), ignore=(MARKER,)) as out:
+        if ranks.is_main():  # a new or empty folder is marked as a run's (output_guard)
+            claim_folder(out, "train", ignore=(LOCK_FILE,))
         return _train_in(
             out, resolved, processor, model_cfg, data_cfg, train_cfg, choices, callbacks
         )
