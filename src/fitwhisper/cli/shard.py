@@ -89,13 +89,18 @@ def run(args: argparse.Namespace) -> int:
 
     from fitwhisper.data.manifest import load_manifest
     from fitwhisper.data.sources.write import write_shards
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import Output, check_outputs, claim_folder, replace_folder
 
     opts, data_cfg = build_config(ShardOptions, args), build_config(DataConfig, args)
-    out = Path(opts.out)
-    refuse_overlap({"OUT": opts.out}, {"SOURCE": opts.source})
-    _refuse_replacing(out, opts.force)
+    # OUT is new or empty; --force replaces only shards fitwhisper wrote (output_guard.py).
+    check_outputs(
+        [Output("OUT", opts.out, "new_folder", replace=opts.force)], {"SOURCE": opts.source}
+    )
     manifest = load_manifest(opts.source, **data_cfg.manifest_columns())
+    out = Path(opts.out)
+    if opts.force:
+        replace_folder(out)
+    claim_folder(out, "shard")
     summary = write_shards(
         manifest,
         out,
@@ -105,27 +110,3 @@ def run(args: argparse.Namespace) -> int:
     )
     print(summary.describe())
     return 0
-
-
-def _refuse_replacing(out, force: bool) -> None:
-    """OUT must be new or empty; --force replaces only a shard folder written before."""
-    from fitwhisper.data.sources.spec import INDEX_FILE
-    from fitwhisper.data.sources.write import SUMMARY_FILE
-    from fitwhisper.errors import ConfigError
-
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
-    ours = out.is_dir() and (out / SUMMARY_FILE).is_file()
-    if not ours:
-        raise ConfigError(
-            f"{out} exists and is not an empty folder",
-            hint="choose a new folder for the shards (nothing in it is replaced)",
-        )
-    if not force:
-        raise ConfigError(
-            f"{out} holds shards written before",
-            hint="pass --force to replace them, or choose a new folder",
-        )
-    for p in out.iterdir():
-        if p.name in (INDEX_FILE, SUMMARY_FILE) or p.name.startswith("shard-"):
-            p.unlink()
