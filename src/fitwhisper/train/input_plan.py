@@ -54,6 +54,7 @@ def decide_input(
     processes_here: int,
     augmenting: bool,
     clip_cost_s=None,
+    streamed: bool = False,
 ) -> InputPlan:
     """The input path for this machine; reasons go into `why`.
 
@@ -64,12 +65,32 @@ def decide_input(
         clip_cost_s: a callable measuring one clip's cost in seconds, given where the
             log-mel is made; called only when the workers are planned from it (a GPU, no
             --dataloader_num_workers).
+        streamed: the training data is a stream (train/streamed.py), whose readers are
+            the processes times --dataloader_num_workers, recorded in each checkpoint: the
+            option's workers, not planned ones; its clips are featurised in the loader.
+
+    Raises:
+        ConfigError: --log_mel device with streamed training data.
     """
+    if streamed and train_cfg.log_mel == "device":
+        from fitwhisper.errors import ConfigError
+
+        raise ConfigError(
+            "--log_mel device: this training source is streamed, and streamed clips are "
+            "featurised in the data loader only",
+            hint="use --log_mel cpu (or auto) with streamed data",
+        )
     log_mel = _log_mel(train_cfg.log_mel, cuda, why)
     cost = None
     if "dataloader_num_workers" in given:
         workers = train_cfg.dataloader_num_workers
         why["dataloader_num_workers"] = "--dataloader_num_workers as given"
+    elif streamed:
+        workers = train_cfg.dataloader_num_workers
+        why["dataloader_num_workers"] = (
+            "streamed data: its readers are the processes times --dataloader_num_workers "
+            "and each checkpoint records where each stopped, so the option decides"
+        )
     elif not cuda:
         workers = 0
         why["dataloader_num_workers"] = (

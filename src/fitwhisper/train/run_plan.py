@@ -137,11 +137,13 @@ def decide(
     processes_here: int = 1,
     augmenting: bool = False,
     clip_cost_s=None,
+    streamed: bool = False,
 ) -> RunPlan:
     """The whole plan, once the held-out rows are checked (their language column counts).
 
-    `cores`, `processes_here`, `augmenting` and `clip_cost_s` (a callable timing one
-    training clip, given where the log-mel is made) decide the input path (input_plan.py).
+    `cores`, `processes_here`, `augmenting`, `clip_cost_s` (a callable timing one
+    training clip, given where the log-mel is made) and `streamed` (the training data is a
+    stream) decide the input path (input_plan.py).
 
     Raises:
         ConfigError: --metric_for_best_model other than the run's metric or loss.
@@ -183,6 +185,7 @@ def decide(
         processes_here=processes_here,
         augmenting=augmenting,
         clip_cost_s=clip_cost_s,
+        streamed=streamed,
     )
     return RunPlan(
         method=choices.method,
@@ -209,6 +212,7 @@ def decided(
     eval_rows: list,
     out,
     clip_cost_s=None,
+    streamed: bool = False,
 ) -> RunPlan:
     """`decide` for this process's run; the main process records it in `out` and logs it.
     `clip_cost_s(log_mel)`: seconds one training clip takes to make (input_plan.py)."""
@@ -228,6 +232,7 @@ def decided(
         processes_here=processes_on_this_machine(),
         augmenting=from_config(train_cfg).active,
         clip_cost_s=clip_cost_s,
+        streamed=streamed,
     )
     if ranks.is_main():
         plan.write(out)
