@@ -171,6 +171,18 @@ def test_the_input_plan_takes_log_mel_device_as_given_and_refuses_it_with_the_ca
     assert problems and problems[0].startswith("--log_mel device and --cache_encoder_outputs")
 
 
+def test_a_stream_keeps_its_readers_and_its_log_mel_in_the_loader() -> None:
+    from fitwhisper.errors import ConfigError
+
+    why: dict[str, str] = {}
+    kw = {"cuda": True, "cores": 16, "processes_here": 1, "augmenting": False}
+    plan = decide_input(TrainConfig(), set(), why, streamed=True, clip_cost_s=None, **kw)
+    assert plan.dataloader_num_workers == 0 and "streamed" in why["dataloader_num_workers"]
+    with pytest.raises(ConfigError) as e:
+        decide_input(TrainConfig(log_mel="device"), set(), {}, streamed=True, **kw)
+    assert e.value.message.startswith("--log_mel device: this training source is streamed")
+
+
 def test_a_gpu_run_that_keeps_waiting_for_data_is_told_once_with_the_fix() -> None:
     meter = DataWait()
     high = WARN_SHARE + 0.1
