@@ -112,7 +112,9 @@ def test_training_items_are_augmented_held_out_items_never(
     processor = WhisperProcessor.from_pretrained(tiny_whisper_dir)
     model = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir)
     rows = load_manifest(tone_manifest).rows
-    run_rows = SimpleNamespace(train=rows, eval=rows, durations=[1.0 + 0.2 * i for i in range(6)])
+    run_rows = SimpleNamespace(
+        train=rows, eval=rows, durations=[1.0 + 0.2 * i for i in range(6)], stream=None
+    )
     train_cfg = TrainConfig(augment="strong", encoder_input="mixed")
     data = setup.datasets(
         run_rows, processor, model, ModelConfig(), DataConfig(), train_cfg, None, "fp32"
