@@ -5,6 +5,12 @@ Accepted: a JSON list `[{"audio_path": ..., "text": ...}]`, JSONL, CSV/TSV, a Hu
 `datasets` dataset written by `save_to_disk`. Relative audio paths resolve against the
 manifest's folder. Rows hold references to audio, never audio, so large manifests stay light.
 
+Long recordings: a row may point into one (`offset` and `duration`, NeMo's names, in
+seconds; `duration` alone is NeMo's length metadata and cuts nothing) or carry its timed
+`segments` (data/segments.py), and a folder of recordings with an .srt or .vtt file of the
+same name beside each is a manifest of such rows. `train` cuts them into 30 s windows
+(data/recordings.py).
+
 A row that cannot be read (bad JSON, a missing field, text that is not UTF-8) becomes a row
 with a `problem` for `check-data` to report; only a file that is not a manifest at all raises.
 """
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fitwhisper.data.audio import InMemoryAudio
+from fitwhisper.data.segments import SEGMENT_COLUMNS, Segment, SegmentsError, parse_segments
 from fitwhisper.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -31,6 +38,9 @@ log = logging.getLogger(__name__)
 AUDIO_COLUMNS = ("audio_path", "audio", "file_name", "path", "file", "wav")
 TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text")
 ID_COLUMNS = ("id", "utt_id", "key")
+# Where a row's audio lies in a longer recording, in seconds: NeMo's names first.
+OFFSET_COLUMNS = ("offset", "offset_s")
+DURATION_COLUMNS = ("duration", "duration_s")
 
 # Row-level parse problems; `check` adds the audio and text ones.
 UNPARSABLE_ROW = "unparsable_row"
@@ -39,7 +49,8 @@ BAD_ENCODING = "bad_encoding"
 
 _FORMATS_HINT = (
     "a manifest is a .json list, .jsonl, .csv or .tsv file, an audiofolder (a folder with "
-    "metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk"
+    "metadata.csv or metadata.jsonl), a folder written by datasets' save_to_disk, or a "
+    "folder of recordings with an .srt or .vtt file of the same name beside each"
 )
 
 
@@ -58,6 +69,16 @@ class Row:
         id: the manifest's id column, else the audio reference as written.
         problem: a parse problem (`unparsable_row`, `missing_field`, `bad_encoding`) or None.
         detail: what exactly, for the report.
+        offset_s: where the row's audio starts in a longer recording (NeMo's `offset`);
+            None: the whole file.
+        duration_s: how long the row's audio lasts from `offset_s` (NeMo's `duration`,
+            read only beside an offset); None: to the end of the file.
+        segments: timed segments of the row's audio (a `segments` column, or an SRT/VTT
+            file beside the recording), in seconds from its start (from `offset_s`);
+            None: the row is one clip with one transcript.
+        previous_text: the text before this row in the same recording (a window cut from a
+            long recording, data/recordings.py), for training with it as Whisper's
+            `<|startofprev|>` context; None where there is none.
     """
 
     index: int
@@ -68,6 +89,10 @@ class Row:
     id: str = ""
     problem: str | None = None
     detail: str | None = None
+    offset_s: float | None = None
+    duration_s: float | None = None
+    segments: tuple[Segment, ...] | None = None
+    previous_text: str | None = None
 
 
 @dataclass
@@ -75,7 +100,7 @@ class Manifest:
     """A loaded manifest: its rows and how they were read."""
 
     path: Path
-    format: str  # json | jsonl | csv | tsv | audiofolder | datasets
+    format: str  # json | jsonl | csv | tsv | audiofolder | datasets | subtitled
     rows: list[Row]
     audio_column: str
     text_column: str
@@ -316,9 +341,47 @@ def _load_folder(
                 text_column,
                 language_column,
             )
+    subtitled = _load_subtitled(folder)
+    if subtitled is not None:
+        return subtitled
     raise DataError(
-        f"{folder} is a folder without metadata.csv or metadata.jsonl", hint=_FORMATS_HINT
+        f"{folder} is a folder without metadata.csv or metadata.jsonl, and without "
+        "recordings with an .srt or .vtt file of the same name beside them",
+        hint=_FORMATS_HINT,
     )
+
+
+# Audio files a folder of subtitled recordings may hold (anything soundfile or FFmpeg reads
+# works in a manifest; a folder needs to know which files are audio).
+RECORDING_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".mp4")
+
+
+def _load_subtitled(folder: Path) -> Manifest | None:
+    """A folder of recordings, each with its subtitles beside it (`talk.wav` + `talk.srt`
+    or `talk.vtt`): one row per recording, its segments from the subtitle file. None when
+    the folder holds no such pair. A subtitle file that cannot be read makes its row
+    unparsable (reported by the data check), not the folder."""
+    from fitwhisper.data.segments import joined_text
+    from fitwhisper.data.subtitles import SubtitleError, read_subtitles, subtitles_beside
+
+    recordings = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in RECORDING_SUFFIXES and p.is_file() and subtitles_beside(p)
+    )
+    if not recordings:
+        return None
+    rows = []
+    for i, audio in enumerate(recordings):
+        subs = subtitles_beside(audio)
+        rid = str(audio.relative_to(folder))
+        try:
+            segments = read_subtitles(subs)
+        except SubtitleError as e:
+            rows.append(Row(i, i + 1, audio, None, None, rid, UNPARSABLE_ROW, str(e)))
+            continue
+        rows.append(Row(i, i + 1, audio, joined_text(segments), None, rid, segments=segments))
+    return Manifest(folder, "subtitled", rows, "audio", "subtitles", None, ["audio", "subtitles"])
 
 
 def _load_saved_dataset(
@@ -443,7 +506,13 @@ def _build(
             f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
         )
     audio_col = _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path)
-    text_col = _pick(columns, text_column, TEXT_COLUMNS, "text", path)
+    seg_col = next((c for c in SEGMENT_COLUMNS if c in columns), None)
+    # Rows with segments need no transcript column: their text is their segments'.
+    text_col = (
+        _pick(columns, text_column, TEXT_COLUMNS, "text", path)
+        if text_column or seg_col is None or any(c in columns for c in TEXT_COLUMNS)
+        else ""
+    )
     lang_col = language_column if language_column in columns else None
     id_col = next((c for c in ID_COLUMNS if c in columns), None)
     rows: list[Row] = []
@@ -452,8 +521,56 @@ def _build(
         if obj is None:
             rows.append(Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error))
         else:
-            rows.append(_row(obj, index, line, base, audio_col, text_col, lang_col, id_col))
+            row = _row(obj, index, line, base, audio_col, text_col, lang_col, id_col)
+            rows.append(_with_span(row, obj, seg_col))
     return Manifest(path, fmt, rows, audio_col, text_col, lang_col, columns)
+
+
+def _with_span(row: Row, obj: dict, seg_col: str | None) -> Row:
+    """The row with its offset, duration and segments, where the manifest gives them."""
+    offset = _first(obj, OFFSET_COLUMNS)
+    if offset is not None:
+        duration = _first(obj, DURATION_COLUMNS)
+        bad = [
+            f"{name} {value!r}"
+            for name, value in (("offset", offset), ("duration", duration))
+            if value is not None and not _seconds(value)
+        ]
+        if bad and row.problem is None:
+            row.problem, row.detail = UNPARSABLE_ROW, f"{' and '.join(bad)}: not seconds"
+        if not bad:
+            row.offset_s = float(offset)
+            row.duration_s = None if duration in (None, "") else float(duration)
+    raw = obj.get(seg_col) if seg_col else None
+    if raw is None or raw == "":
+        return row
+    try:
+        row.segments = parse_segments(raw)
+    except SegmentsError as e:
+        if row.problem is None or row.problem == MISSING_FIELD:
+            row.problem, row.detail = UNPARSABLE_ROW, f"'{seg_col}': {e}"
+        return row
+    if row.text is None and row.problem in (None, MISSING_FIELD) and row.audio is not None:
+        from fitwhisper.data.segments import joined_text
+
+        row.text = joined_text(row.segments)
+        row.problem = row.detail = None
+    return row
+
+
+def _first(obj: dict, names: tuple[str, ...]):
+    return next((obj[n] for n in names if obj.get(n) is not None), None)
+
+
+def _seconds(value) -> bool:
+    """Whether a manifest value is a number of seconds (CSV cells are strings)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return False
+    return f >= 0 and f == f and f != float("inf")
 
 
 def _pick(
@@ -491,7 +608,8 @@ def _row(obj: dict, index, line, base, audio_col, text_col, lang_col, id_col) ->
         audio = _resolve(_repair(raw_audio.strip()), base)
     elif audio is None:
         problem, detail = MISSING_FIELD, f"no audio path in '{audio_col}'"
-    text, problem, detail = _text(obj.get(text_col, _ABSENT), problem, detail, text_col)
+    text_value = obj.get(text_col, _ABSENT) if text_col else _ABSENT
+    text, problem, detail = _text(text_value, problem, detail, text_col or "text")
     raw_id = obj.get(id_col) if id_col else None
     if raw_id is None:
         raw_id = raw_audio if isinstance(raw_audio, str) else line

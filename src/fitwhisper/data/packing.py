@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import load_audio
+from fitwhisper.data.audio import load_row_audio
 from fitwhisper.data.features import prefix_ids
 from fitwhisper.data.manifest import Row
+from fitwhisper.data.segments import needs_space as _needs_space
 from fitwhisper.errors import DataError
 from fitwhisper.whisper_facts import (
     HOP_LENGTH,
@@ -251,7 +252,7 @@ class PackedDataset(Dataset):
         """The window's clips, each augmented with its own generator (clip = row index), and
         those generators (None without augmentation). Slowed clips that would push the
         window past 30 s are played at 1.0 or faster instead, so the window holds them all."""
-        clips = [load_audio(self.rows[r].audio) for r in window.rows]
+        clips = [load_row_audio(self.rows[r]) for r in window.rows]
         if self.augment is None:
             return clips, [None] * len(clips)
         rngs = [self.augment.for_clip(r) for r in window.rows]
@@ -275,11 +276,6 @@ def describe(windows: Sequence[Window], n_rows: int) -> str:
         f"({n_rows / len(windows):.1f} clips per window, {100 * fill:.0f}% of each window "
         "is audio on average)"
     )
-
-
-def _needs_space(before: str, after: str) -> bool:
-    """Plain-text joins: a space between words of spaced scripts, none between CJK clips."""
-    return bool(before) and bool(after) and before[-1].isascii() and after[0].isascii()
 
 
 def _aligned_s(duration_s: float) -> float:
