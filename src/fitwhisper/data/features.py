@@ -18,6 +18,7 @@ from torch.utils.data import Dataset
 
 from fitwhisper.data.audio import load_row_audio
 from fitwhisper.data.manifest import Row
+from fitwhisper.data.recordings import chosen, window_labels
 from fitwhisper.errors import DataError
 from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE, WINDOW_SAMPLES
 
@@ -140,8 +141,6 @@ class SpeechDataset(Dataset):
         language = row.language or self.language
         if row.segments is None and row.previous_text is None:
             return {"labels": label_ids(tok, row.text or "", language, self.task)}
-        from fitwhisper.data.recordings import chosen, window_labels
-
         return window_labels(
             tok,
             row,

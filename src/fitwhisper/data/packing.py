@@ -35,6 +35,7 @@ from fitwhisper.data.audio import load_row_audio
 from fitwhisper.data.features import prefix_ids
 from fitwhisper.data.manifest import Row
 from fitwhisper.data.segments import needs_space as _needs_space
+from fitwhisper.data.timestamp_tokens import has_timestamp_tokens, timestamp_id
 from fitwhisper.errors import DataError
 from fitwhisper.whisper_facts import (
     HOP_LENGTH,
@@ -144,17 +145,6 @@ def _single(i: int, single_clip_share: float, several_share: float | None) -> bo
 def _spread(i: int, share: float) -> bool:
     """Whether item i belongs to an evenly spread `share` of items (1 in 4 for 0.25)."""
     return int((i + 1) * share) > int(i * share)
-
-
-def timestamp_id(tokenizer, seconds: float) -> int:
-    """The id of the timestamp token nearest `seconds` (`<|0.00|>` + seconds / 0.02)."""
-    return _first_timestamp_id(tokenizer) + round(seconds / TIMESTAMP_SECONDS)
-
-
-def has_timestamp_tokens(tokenizer) -> bool:
-    """Whether the vocabulary has `<|0.00|>` ... `<|30.00|>` (old tokenizer files may lack them)."""
-    first = tokenizer.convert_tokens_to_ids("<|0.00|>")
-    return first is not None and first != tokenizer.unk_token_id
 
 
 class PackedDataset(Dataset):
@@ -281,10 +271,6 @@ def describe(windows: Sequence[Window], n_rows: int) -> str:
 def _aligned_s(duration_s: float) -> float:
     samples = round(duration_s * SAMPLE_RATE)
     return (samples + (-samples % _STEP)) / SAMPLE_RATE
-
-
-def _first_timestamp_id(tokenizer) -> int:
-    return tokenizer.convert_tokens_to_ids("<|0.00|>")
 
 
 def _no_timestamps_id(tokenizer) -> int:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from fitwhisper.data.manifest import Row
 from fitwhisper.data.segments import Segment, join_texts
+from fitwhisper.data.timestamp_tokens import has_timestamp_tokens, timestamp_id
 from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,6 @@ def _step_floor(seconds: float) -> float:
 def label_shares(cfg, tokenizer) -> tuple[float, float]:
     """(timestamp share, previous-text share) a run's windows train with, from its
     TrainConfig: the options, except where the run cannot use them (logged)."""
-    from fitwhisper.data.packing import has_timestamp_tokens
-
     timestamps, previous = cfg.segment_timestamp_share, cfg.previous_text_share
     if timestamps > 0 and not has_timestamp_tokens(tokenizer):
         log.warning(
@@ -224,8 +223,6 @@ def window_labels(
         with_previous: put its `previous_text` before the prefix as `<|startofprev|>`
             context, with no loss on it.
     """
-    from fitwhisper.data.packing import timestamp_id
-
     no_ts = tokenizer.convert_tokens_to_ids("<|notimestamps|>")
     if timestamped and row.segments:
         labels = [t for t in prefix if t != no_ts]
