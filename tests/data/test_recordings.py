@@ -283,3 +283,13 @@ def test_a_batch_mixing_context_and_plain_items(tmp_path: Path, tiny_en_processo
     logits = model(**batch).logits.detach()
     manual = torch.nn.functional.cross_entropy(logits[kept], labels[kept])
     assert loss.item() == pytest.approx(manual.item(), rel=1e-5)
+
+
+def test_a_window_is_written_in_the_output_script() -> None:
+    from fitwhisper.chinese_script import rows_in_script
+
+    window = Row(
+        0, 1, Path("/a.wav"), "軟體", segments=(Segment(0, 1, "軟體"),), previous_text="資料"
+    )
+    (out,) = rows_in_script([window], "simplified")
+    assert (out.text, out.segments[0].text, out.previous_text) == ("软体", "软体", "资料")
