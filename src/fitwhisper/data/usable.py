@@ -58,6 +58,7 @@ def usable_rows(
     limit: int | None = None,
     purpose: str = "training",
     report_path: str | Path | None = None,
+    cut: bool = True,
 ) -> UsableRows:
     """The rows of `manifest_path` that pass the data check, by `data_cfg.bad_rows`.
 
@@ -67,6 +68,8 @@ def usable_rows(
         limit: keep only the first N usable rows.
         purpose: "training" or "scoring", for the error message.
         report_path: write the per-row report here (.csv or .jsonl) before deciding.
+        cut: cut rows with segments into windows; False keeps each recording whole
+            (`evaluate --long_form`).
 
     Raises:
         DataError: bad rows with `bad_rows="error"`, or no usable row at all.
@@ -84,13 +87,12 @@ def usable_rows(
         f"{r.where} {'; '.join(f'{p.kind} ({p.detail})' for p in r.problems)}"
         for r in report.bad_rows()
     )
-    rows, durations, cut = cut_recordings(
-        rows,
-        [measured.get(r.index) or 0.0 for r in rows],
-        tokenizer,
-        max_label_tokens=cfg.max_label_tokens,
-        where=manifest.where,
+    durations = [measured.get(r.index) or 0.0 for r in rows]
+    if not cut:
+        return UsableRows(rows, skipped, report, durations)
+    rows, durations, made = cut_recordings(
+        rows, durations, tokenizer, max_label_tokens=cfg.max_label_tokens, where=manifest.where
     )
-    if cut.recordings:
-        log.info("%s: %s", manifest.path, cut.describe())
-    return UsableRows(rows, skipped, report, durations, cut)
+    if made.recordings:
+        log.info("%s: %s", manifest.path, made.describe())
+    return UsableRows(rows, skipped, report, durations, made)
