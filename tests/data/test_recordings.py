@@ -218,6 +218,7 @@ def test_a_subtitled_folder_is_a_manifest(tmp_path: Path) -> None:
     assert broken.problem == "unparsable_row" and "has no cue" in broken.detail
     assert talk.text == "Hello there, general & Kenobi second line"
     assert len(talk.segments) == 2
+    assert manifest.where(talk) == "talk.wav"  # how the check and the log name it
 
 
 def test_a_window_trained_with_its_previous_text(tiny_en_processor) -> None:

@@ -111,7 +111,10 @@ class Manifest:
         return len(self.rows)
 
     def where(self, row: Row) -> str:
-        """`train.jsonl:17`, the way error messages and reports name a row."""
+        """`train.jsonl:17`, the way error messages and reports name a row (a subtitled
+        recording: `talk.wav`, whose .srt or .vtt lies beside it)."""
+        if self.format == "subtitled":
+            return row.id
         return f"{self.path.name}:{row.line}"
 
 

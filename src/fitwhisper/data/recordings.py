@@ -183,9 +183,12 @@ def _step_floor(seconds: float) -> float:
 # --- labels -------------------------------------------------------------------------------
 
 
-def label_shares(cfg, tokenizer) -> tuple[float, float]:
-    """(timestamp share, previous-text share) a run's windows train with, from its
-    TrainConfig: the options, except where the run cannot use them (logged)."""
+def label_shares(cfg, tokenizer, rows: Sequence[Row]) -> tuple[float, float]:
+    """(timestamp share, previous-text share) a run's windows of long recordings train
+    with, from its TrainConfig: the options, except where the run cannot use them (said
+    once, and only when `rows` hold such windows)."""
+    if not any(r.segments is not None or r.previous_text for r in rows):
+        return 0.0, 0.0
     timestamps, previous = cfg.segment_timestamp_share, cfg.previous_text_share
     if timestamps > 0 and not has_timestamp_tokens(tokenizer):
         log.warning(

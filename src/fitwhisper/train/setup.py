@@ -112,7 +112,7 @@ def datasets(
 
     ds_language = dataset_language(data_cfg.language_token, language)
     augmenter = augment.augmenter(train_cfg)
-    timestamp_share, previous_text_share = label_shares(train_cfg, processor.tokenizer)
+    timestamp_share, previous_text_share = label_shares(train_cfg, processor.tokenizer, rows.train)
     train_ds = SpeechDataset(
         rows.train,
         processor,
