@@ -118,8 +118,14 @@ def _evaluate(cmd: EvaluateCommand, cfg: EvalConfig, data_cfg: DataConfig) -> in
         )
     if cmd.long_form:
         from fitwhisper.evaluate.long_form import evaluate_long_form
+        from fitwhisper.transcribe.run import recording_transcriber
 
-        res = evaluate_long_form(cmd.model, cmd.manifest, cfg, data_cfg)
+        def transcriber():
+            return recording_transcriber(
+                cmd.model, language=cfg.language, task=cfg.task, output_script=cfg.output_script
+            )
+
+        res = evaluate_long_form(cmd.model, cmd.manifest, transcriber, cfg, data_cfg)
         print(res.format_summary())
         if cmd.output_dir:
             out = res.write(cmd.output_dir)

@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fitwhisper.data.audio import InMemoryAudio
-from fitwhisper.data.segments import SEGMENT_COLUMNS, Segment, SegmentsError, parse_segments
+from fitwhisper.data.segments import (
+    SEGMENT_COLUMNS,
+    Segment,
+    SegmentsError,
+    joined_text,
+    parse_segments,
+    read_span,
+)
 from fitwhisper.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -38,9 +45,6 @@ log = logging.getLogger(__name__)
 AUDIO_COLUMNS = ("audio_path", "audio", "file_name", "path", "file", "wav")
 TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text")
 ID_COLUMNS = ("id", "utt_id", "key")
-# Where a row's audio lies in a longer recording, in seconds: NeMo's names first.
-OFFSET_COLUMNS = ("offset", "offset_s")
-DURATION_COLUMNS = ("duration", "duration_s")
 
 # Row-level parse problems; `check` adds the audio and text ones.
 UNPARSABLE_ROW = "unparsable_row"
@@ -354,29 +358,18 @@ def _load_folder(
     )
 
 
-# Audio files a folder of subtitled recordings may hold (anything soundfile or FFmpeg reads
-# works in a manifest; a folder needs to know which files are audio).
-RECORDING_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".mp4")
-
-
 def _load_subtitled(folder: Path) -> Manifest | None:
     """A folder of recordings, each with its subtitles beside it (`talk.wav` + `talk.srt`
     or `talk.vtt`): one row per recording, its segments from the subtitle file. None when
     the folder holds no such pair. A subtitle file that cannot be read makes its row
     unparsable (reported by the data check), not the folder."""
-    from fitwhisper.data.segments import joined_text
-    from fitwhisper.data.subtitles import SubtitleError, read_subtitles, subtitles_beside
+    from fitwhisper.data.subtitles import SubtitleError, read_subtitles, subtitled_recordings
 
-    recordings = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.suffix.lower() in RECORDING_SUFFIXES and p.is_file() and subtitles_beside(p)
-    )
-    if not recordings:
+    pairs = subtitled_recordings(folder)
+    if not pairs:
         return None
     rows = []
-    for i, audio in enumerate(recordings):
-        subs = subtitles_beside(audio)
+    for i, (audio, subs) in enumerate(pairs):
         rid = str(audio.relative_to(folder))
         try:
             segments = read_subtitles(subs)
@@ -531,19 +524,11 @@ def _build(
 
 def _with_span(row: Row, obj: dict, seg_col: str | None) -> Row:
     """The row with its offset, duration and segments, where the manifest gives them."""
-    offset = _first(obj, OFFSET_COLUMNS)
-    if offset is not None:
-        duration = _first(obj, DURATION_COLUMNS)
-        bad = [
-            f"{name} {value!r}"
-            for name, value in (("offset", offset), ("duration", duration))
-            if value is not None and not _seconds(value)
-        ]
-        if bad and row.problem is None:
-            row.problem, row.detail = UNPARSABLE_ROW, f"{' and '.join(bad)}: not seconds"
-        if not bad:
-            row.offset_s = float(offset)
-            row.duration_s = None if duration in (None, "") else float(duration)
+    try:
+        row.offset_s, row.duration_s = read_span(obj)
+    except SegmentsError as e:
+        if row.problem is None:
+            row.problem, row.detail = UNPARSABLE_ROW, str(e)
     raw = obj.get(seg_col) if seg_col else None
     if raw is None or raw == "":
         return row
@@ -554,26 +539,9 @@ def _with_span(row: Row, obj: dict, seg_col: str | None) -> Row:
             row.problem, row.detail = UNPARSABLE_ROW, f"'{seg_col}': {e}"
         return row
     if row.text is None and row.problem in (None, MISSING_FIELD) and row.audio is not None:
-        from fitwhisper.data.segments import joined_text
-
         row.text = joined_text(row.segments)
         row.problem = row.detail = None
     return row
-
-
-def _first(obj: dict, names: tuple[str, ...]):
-    return next((obj[n] for n in names if obj.get(n) is not None), None)
-
-
-def _seconds(value) -> bool:
-    """Whether a manifest value is a number of seconds (CSV cells are strings)."""
-    if isinstance(value, bool):
-        return False
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return False
-    return f >= 0 and f == f and f != float("inf")
 
 
 def _pick(

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, WINDOW_SECONDS
 
 SEGMENT_COLUMNS = ("segments", "sentences")  # tried in order
+# Where a row's audio lies in a longer recording, in seconds: NeMo's names first.
+OFFSET_COLUMNS = ("offset", "offset_s")
+DURATION_COLUMNS = ("duration", "duration_s")
 
 # Times may disagree by less than one timestamp step (20 ms) without being a problem:
 # subtitle editors round to frames and milliseconds, and the labels round to 20 ms anyway.
@@ -76,6 +79,43 @@ def parse_segments(value) -> tuple[Segment, ...]:
             raise SegmentsError(f"segment {k}'s text is a {type(text).__name__}, not text")
         out.append(Segment(times[0], times[1], text.strip()))
     return tuple(out)
+
+
+def read_span(obj: dict) -> tuple[float | None, float | None]:
+    """A manifest row's (offset, duration) in seconds: (None, None) without an offset
+    (`duration` alone is NeMo's length metadata and cuts nothing), duration None to the
+    end of the recording.
+
+    Raises:
+        SegmentsError: an offset or duration that is not a number of seconds.
+    """
+    offset = _first(obj, OFFSET_COLUMNS)
+    if offset is None:
+        return None, None
+    duration = _first(obj, DURATION_COLUMNS)
+    bad = [
+        f"{name} {value!r}"
+        for name, value in (("offset", offset), ("duration", duration))
+        if value not in (None, "") and not _seconds(value)
+    ]
+    if bad:
+        raise SegmentsError(f"{' and '.join(bad)}: not seconds")
+    return float(offset), None if duration in (None, "") else float(duration)
+
+
+def _first(obj: dict, names: tuple[str, ...]):
+    return next((obj[n] for n in names if obj.get(n) is not None), None)
+
+
+def _seconds(value) -> bool:
+    """Whether a manifest value is a number of seconds (CSV cells are strings)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return False
+    return 0 <= f < math.inf
 
 
 def joined_text(segments: Sequence[Segment]) -> str:

@@ -16,6 +16,9 @@ from pathlib import Path
 from fitwhisper.data.segments import Segment
 
 SUBTITLE_SUFFIXES = (".srt", ".vtt")
+# Audio files a folder of subtitled recordings may hold (anything soundfile or FFmpeg reads
+# works in a manifest; a folder needs to know which files are audio).
+RECORDING_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".mp4")
 
 _TIME = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2})[,.](\d{1,3})$")
 _MARKUP = re.compile(r"<[^>]*>|\{\\[^}]*\}")
@@ -32,6 +35,18 @@ def subtitles_beside(audio: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def subtitled_recordings(folder: Path) -> list[tuple[Path, Path]]:
+    """(recording, its subtitle file) for every recording under `folder` with one beside
+    it, in path order."""
+    pairs = []
+    for p in sorted(folder.rglob("*")):
+        if p.suffix.lower() in RECORDING_SUFFIXES and p.is_file():
+            subs = subtitles_beside(p)
+            if subs is not None:
+                pairs.append((p, subs))
+    return pairs
 
 
 def read_subtitles(path: Path) -> tuple[Segment, ...]:

@@ -15,7 +15,7 @@ lacks; one with extra boundaries is not (they are in the text score's insertions
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fitwhisper.config import DataConfig, EvalConfig
@@ -39,16 +39,20 @@ def boundary_distances(reference: Sequence[Segment], hypothesis: Sequence) -> li
 def evaluate_long_form(
     model_spec: str,
     manifest_path: str | Path,
+    transcriber: Callable[[], Callable],
     cfg: EvalConfig | None = None,
     data_cfg: DataConfig | None = None,
-    *,
-    engine: str = "transformers",
-    device: str = "auto",
 ):
     """Score `model_spec` on the long recordings of `manifest_path`, one text per row.
 
     Rows are checked as every command checks them, except that a recording may be of any
     length and its reference of any number of tokens; rows with segments stay whole.
+
+    Args:
+        transcriber: called once the rows are checked, returns `transcribe(name, audio)`
+            -> a transcript with `text`, `segments` (start, end) and `language`: the way
+            `fitwhisper transcribe` does it (transcribe/run.py `recording_transcriber`,
+            which the CLI passes: scoring sits below transcription in the layers).
 
     Returns:
         An `EvalResult` whose clips are the recordings, with `long_form` figures: the mean
@@ -59,28 +63,16 @@ def evaluate_long_form(
     from fitwhisper.evaluate.generate import audio_file
     from fitwhisper.evaluate.results import EvalResult
     from fitwhisper.evaluate.scorer import scorer_for
-    from fitwhisper.models.resolve import as_resolved
     from fitwhisper.scoring import score
-    from fitwhisper.transcribe.options import TranscribeOptions
-    from fitwhisper.transcribe.run import (
-        choose_engine,
-        convert_script,
-        make_engine,
-        resolve_device,
-        without_loops,
-    )
 
     cfg = cfg or EvalConfig()
     data_cfg = dataclasses.replace(data_cfg or DataConfig(), max_audio_len=float("inf"))
-    model = as_resolved(model_spec)
     data = usable_rows(manifest_path, data_cfg, None, purpose="scoring", cut=False)
     rows = data.rows[: cfg.max_samples] if cfg.max_samples else data.rows
-    opts = TranscribeOptions(language=cfg.language, task=cfg.task, device=device)
-    transcriber = make_engine(model, opts, choose_engine(engine, model, resolve_device(device)))
+    transcribe = transcriber()  # the model loads after the data check, never before
     hypotheses, distances, per_row, languages = [], [], [], []
     for row in rows:
-        (transcript,) = transcriber.transcribe([row.id], [load_row_audio(row)])
-        transcript = convert_script(without_loops(transcript), cfg.output_script)
+        transcript = transcribe(row.id, load_row_audio(row))
         hypotheses.append(transcript.text.strip())
         languages.append(transcript.language)
         found = boundary_distances(row.segments or (), transcript.segments)
@@ -104,6 +96,6 @@ def evaluate_long_form(
             "mean_boundary_error_s": sum(distances) / len(distances) if distances else None,
             "boundaries": len(distances),
             "boundary_error_s_per_recording": per_row,
-            "transcribed_as": "fitwhisper transcribe's long-form path, engine " + engine,
+            "transcribed_as": "fitwhisper transcribe's long-form path (transformers engine)",
         },
     )
