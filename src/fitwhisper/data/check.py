@@ -366,6 +366,13 @@ def _check_row(
             add(Problem(kind, detail))
         if not row.segments:
             add(Problem("empty_text", "the row's segments are an empty list"))
+        if tokenizer is not None and row.language:
+            from fitwhisper.data.features import prefix_ids
+
+            try:
+                prefix_ids(tokenizer, row.language, "transcribe")
+            except DataError as e:
+                add(Problem("unknown_language", e.message))
     elif row.text is not None and not row.text.strip() and row.problem is None:
         add(Problem("empty_text", "the transcript is empty"))
     elif row.text and row.text.strip() and tokenizer is not None:
