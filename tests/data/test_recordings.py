@@ -294,3 +294,20 @@ def test_a_window_is_written_in_the_output_script() -> None:
     )
     (out,) = rows_in_script([window], "simplified")
     assert (out.text, out.segments[0].text, out.previous_text) == ("软体", "软体", "资料")
+
+
+def test_csv_cells_give_offsets_and_segments(tmp_path: Path) -> None:
+    _write(tmp_path / "long.wav", 10.0)
+    segments = json.dumps([{"start": 0.5, "end": 1.5, "text": "hi"}]).replace('"', '""')
+    (tmp_path / "m.csv").write_text(
+        "audio,offset,duration,text,segments\n"
+        f'long.wav,2.0,3.5,a,"{segments}"\n'
+        "long.wav,soon,1,b,\n"
+        "long.wav,,4,c,\n",  # no offset: duration is length metadata, nothing is cut
+        encoding="utf-8",
+    )
+    first, bad, whole = load_manifest(tmp_path / "m.csv").rows
+    assert (first.offset_s, first.duration_s) == (2.0, 3.5)
+    assert first.segments == (Segment(0.5, 1.5, "hi"),)
+    assert bad.problem == "unparsable_row" and bad.detail == "offset 'soon': not seconds"
+    assert (whole.offset_s, whole.duration_s, whole.segments) == (None, None, None)

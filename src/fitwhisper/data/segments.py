@@ -104,7 +104,8 @@ def read_span(obj: dict) -> tuple[float | None, float | None]:
 
 
 def _first(obj: dict, names: tuple[str, ...]):
-    return next((obj[n] for n in names if obj.get(n) is not None), None)
+    # A CSV's empty cell is no value, as a JSON row's missing key.
+    return next((obj[n] for n in names if obj.get(n) not in (None, "")), None)
 
 
 def _seconds(value) -> bool:
