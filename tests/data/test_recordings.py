@@ -301,7 +301,7 @@ def test_csv_cells_give_offsets_and_segments(tmp_path: Path) -> None:
     segments = json.dumps([{"start": 0.5, "end": 1.5, "text": "hi"}]).replace('"', '""')
     (tmp_path / "m.csv").write_text(
         "audio,offset,duration,text,segments\n"
-        f'long.wav,2.0,3.5,a,"{segments}"\n'
+        f'long.wav,2.0,3.5,,"{segments}"\n'
         "long.wav,soon,1,b,\n"
         "long.wav,,4,c,\n",  # no offset: duration is length metadata, nothing is cut
         encoding="utf-8",
@@ -309,5 +309,6 @@ def test_csv_cells_give_offsets_and_segments(tmp_path: Path) -> None:
     first, bad, whole = load_manifest(tmp_path / "m.csv").rows
     assert (first.offset_s, first.duration_s) == (2.0, 3.5)
     assert first.segments == (Segment(0.5, 1.5, "hi"),)
+    assert first.text == "hi"  # an empty text cell: the segments' text
     assert bad.problem == "unparsable_row" and bad.detail == "offset 'soon': not seconds"
     assert (whole.offset_s, whole.duration_s, whole.segments) == (None, None, None)

@@ -538,7 +538,9 @@ def _with_span(row: Row, obj: dict, seg_col: str | None) -> Row:
         if row.problem is None or row.problem == MISSING_FIELD:
             row.problem, row.detail = UNPARSABLE_ROW, f"'{seg_col}': {e}"
         return row
-    if row.text is None and row.problem in (None, MISSING_FIELD) and row.audio is not None:
+    # No transcript of its own (or an empty one): the segments' text is the row's.
+    blank = row.text is None or not row.text.strip()
+    if blank and row.problem in (None, MISSING_FIELD) and row.audio is not None:
         row.text = joined_text(row.segments)
         row.problem = row.detail = None
     return row
