@@ -8,7 +8,9 @@ Layers, lowest first (a unit may import its own modules and any lower layer):
                                                     of fitwhisper, so every unit may import it
     0  errors, logs, config, precision, method,    ground: no fitwhisper imports above
        option_ranges
-    1  scoring, codeswitch, paths, folder_lock
+       safe_text
+    1  scoring, codeswitch, paths, folder_lock,
+       output_guard
     2  chinese_script, models, recipes                recipes: defaults by method (config)
     3  data, memory
     4  evaluate, transcribe, report                   report reads the files they write
@@ -43,7 +45,8 @@ LAYERS = {
         0,
     ),
     "config": 1,  # re-exports eval_config's EvalConfig
-    **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock"), 1),
+    "safe_text": 0,  # one writer per kind of output: imports nothing of fitwhisper
+    **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock", "output_guard"), 1),
     **dict.fromkeys(("chinese_script", "models", "recipes"), 2),
     **dict.fromkeys(("data", "memory"), 3),
     **dict.fromkeys(("evaluate", "transcribe", "report"), 4),

@@ -9,8 +9,10 @@ module imports a layer above its own (tests/test_package_shape.py):
   search's), `option_ranges` (the values each option takes, declared on its field),
   `precision` (fp32, fp16 or bf16 for a run), `method` (full, LoRA, 8-bit, 4-bit);
   `recipes` (the defaults that depend on the method, chosen by measurement)
-- `paths` (output folders checked before the work, never over an input; storage
-  failures told as such), `folder_lock` (one command per output folder)
+- `safe_text` (text from outside written safely: one writer per kind of output)
+- `output_guard` (the one rule of every command's outputs: never onto an input, writable,
+  --force only over what fitwhisper made), `paths` (storage failures told as such),
+  `folder_lock` (one command per output folder)
 - text: `scoring` (normalisers, WER/CER/MER), `codeswitch` (language tokens),
   `chinese_script` (Traditional and Simplified characters, conversion)
 - `models/` (resolve, load, convert), `data/` (manifests, audio, check, batches),

@@ -30,9 +30,13 @@ LOCK_FILE = ".fitwhisper.lock"
 
 
 @contextlib.contextmanager
-def output_folder(out: Path, work: str = "training run") -> Iterator[Path]:
+def output_folder(
+    out: Path, work: str = "training run", ignore: tuple[str, ...] = ()
+) -> Iterator[Path]:
     """Create `out` if needed and hold its lock for the block; `work` names what writes it
-    (a "training run", an "evaluation") in the refusal.
+    (a "training run", an "evaluation") in the refusal. Files named in `ignore` do not
+    count as written (the output guard's marker): a folder made here that holds only them
+    is removed on failure too.
 
     Raises:
         ConfigError: another process holds the folder.
@@ -46,6 +50,10 @@ def output_folder(out: Path, work: str = "training run") -> Iterator[Path]:
             yield out
     except BaseException:
         for folder in created:
+            with contextlib.suppress(OSError):
+                if all(p.name in ignore for p in folder.iterdir()):
+                    for name in ignore:
+                        (folder / name).unlink(missing_ok=True)
             if not _empty(folder):
                 break
             with contextlib.suppress(OSError):

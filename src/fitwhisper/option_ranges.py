@@ -22,6 +22,9 @@ Field metadata read here:
                   when it exists), "new_file" or "new_folder" (an output: not the other
                   kind when it exists), "any" (a file or a folder), "model" (a folder,
                   Hub id or offline name: never a file). The empty text is never a path.
+    files_among_others  for a new_folder: it receives files among others' (transcripts
+                  beside recordings, a cache), so it may hold the command's inputs
+                  (`fitwhisper.output_guard`'s `files_into`)
 
 Floats must be finite whatever their bounds.
 """
@@ -30,9 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 BOUNDS = ("min", "max", "above", "below")
 # Declarations several options share: `metadata={**WHISPER_TOKENS, "help": ...}`.
@@ -163,7 +167,7 @@ def path_problem(flag: str, kind: str, value: str) -> str | None:
         return f"{flag} {value} is a file; a model is a folder, a Hub id or an offline name"
     if kind in ("new_file", "new_folder"):
         parent = next((a for a in p.parents if a.exists()), None)
-        if parent is not None and not parent.is_dir():  # the wording of fitwhisper.paths
+        if parent is not None and not parent.is_dir():  # the wording of fitwhisper.output_guard
             if kind == "new_file":
                 return f"{flag} {value}: {parent} is not a folder"
             return f"{flag} {value} cannot be made: {parent} is a file, not a folder"
@@ -191,3 +195,76 @@ def declares_values(f: dataclasses.Field) -> bool:
     """Whether field `f` says which values it takes (bounds, `unbounded` or `path`)."""
     meta = f.metadata
     return any(k in meta for k in (*BOUNDS, "unbounded", "path"))
+
+
+# --- values given as text or YAML, as the field's type -------------------------------------
+
+
+def typed(value: Any, hint: Any) -> Any:
+    """A config-file value as the field's type, the way its flag would parse it; ValueError
+    naming the expected type otherwise (YAML reads `1e-5` as text, `no` as false)."""
+    kind, choices, optional = unwrap(hint)
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ValueError(expected(kind, choices))
+    if choices is not None:
+        if value not in choices:
+            raise ValueError(expected(kind, choices))
+        return value
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError("true or false")
+    if kind in (int, float) and not isinstance(value, bool):
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value.strip()) if kind is float else int(value.strip())
+            except ValueError:
+                raise ValueError(expected(kind, None)) from None
+        if isinstance(number, int) or (kind is float and isinstance(number, float)):
+            return kind(number)
+        if isinstance(number, float) and number.is_integer():  # `max_steps: 100.0`
+            return int(number)
+        raise ValueError(expected(kind, None))
+    if kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if kind is list:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+            return [str(v) for v in value]
+    if kind in (int, float, str, list):
+        raise ValueError(expected(kind, None))
+    return value  # a type the flags do not parse either
+
+
+def expected(kind: type, choices: list[Any] | None) -> str:
+    if choices is not None:
+        return "one of " + ", ".join(str(c) for c in choices)
+    names = {
+        int: "a whole number",
+        float: "a number",
+        str: "text",
+        bool: "true or false",
+        list: "a list (or a comma list)",
+    }
+    return names.get(kind, kind.__name__)
+
+
+def unwrap(hint: Any) -> tuple[type, list[Any] | None, bool]:
+    """(base type, choices, optional) of a field's type hint."""
+    optional = False
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0]
+        origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = list(typing.get_args(hint))
+        return type(choices[0]), choices, optional
+    if origin is list:
+        return list, None, optional
+    return hint, None, optional

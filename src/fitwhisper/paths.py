@@ -1,14 +1,11 @@
-"""Output paths checked before the work (a folder that is a file, or cannot be written, is
-named at once rather than after hours of training or transcription), and storage failures
-during the work (a full disk) told as such."""
+"""Storage failures during the work (a full disk, no permission, a read-only file system)
+told as such, whatever library raised them. Whether an output may be written at all, checked
+before the work, is `fitwhisper.output_guard`'s."""
 
 from __future__ import annotations
 
 import errno
-import os
 import re
-import tempfile
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fitwhisper.errors import StorageError
@@ -22,51 +19,6 @@ _WRAPPED_FULL = re.compile(
     r"os error (28|27|122)\b|No space left|File too large|Disk quota exceeded"
 )
 _TORCH_SHORT_WRITE = "unexpected pos"
-
-
-def folder_problem(path: str | Path, what: str) -> str | None:
-    """Why `path` cannot become a writable folder (created if missing), or None.
-
-    Writes nothing: the nearest existing ancestor is probed with a temporary file that is
-    removed at once (permissions alone mislead for root, ACLs and read-only disks).
-    """
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        return f"{what} {path} is a file, not a folder"
-    parent = path
-    while not parent.exists():
-        if parent.parent == parent:
-            break
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{what} {path} cannot be made: {parent} is a file, not a folder"
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fitwhisper-probe-")
-    except OSError as e:
-        return f"{what} {path} cannot be written: {parent}: {e.strerror}"
-    os.close(fd)
-    os.unlink(probe)
-    return None
-
-
-def require_folder(path: str | Path, what: str) -> None:
-    """Raise a ConfigError unless `path` can be a writable folder (see `folder_problem`)."""
-    from fitwhisper.errors import ConfigError
-
-    if (why := folder_problem(path, what)) is not None:
-        raise ConfigError(why, hint=f"choose a {what} folder you can write")
-
-
-def file_problem(path: str | Path, what: str) -> str | None:
-    """Why a file cannot be written at `path` (its folder must exist), or None."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        return f"{what} {path} is a folder, not a file"
-    if path.parent.exists() and not path.parent.is_dir():
-        return f"{what} {path}: {path.parent} is not a folder"
-    if not path.parent.is_dir():
-        return f"{what} {path}: {path.parent} does not exist, so nothing could be written"
-    return folder_problem(path.parent, what)
 
 
 def as_storage_error(e: BaseException, path: str | Path | None = None) -> StorageError | None:
@@ -99,52 +51,3 @@ def as_storage_error(e: BaseException, path: str | Path | None = None) -> Storag
             "can write",
         )
     return None
-
-
-Named = Mapping[str, str | Path | None] | Iterable[tuple[str, str | Path | None]]
-
-
-def overlap_problem(outputs: Named, inputs: Named) -> str | None:
-    """Why writing an output could destroy an input, or None: the one rule of every command
-    that writes. An output may not be an input, hold one (a folder --force would replace) or
-    lie inside one. Names say how the user gave each path (an option, MODEL); inputs that
-    are not on disk (a Hub id) cannot be harmed and are left out. Linear in the paths (a
-    transcription of 10,000 files checks each transcript against every input)."""
-    at: dict[Path, tuple[str, str | Path]] = {}  # each input, resolved
-    under: dict[Path, tuple[str, str | Path]] = {}  # each folder that holds an input
-    for name, inp in _pairs(inputs):
-        if inp and Path(inp).expanduser().exists():
-            i = Path(inp).expanduser().resolve()
-            at.setdefault(i, (name, inp))
-            for parent in i.parents:
-                under.setdefault(parent, (name, inp))
-    for out_name, out in _pairs(outputs):
-        if not out:
-            continue
-        o = Path(out).expanduser().resolve()
-        found = next(((p, "lies inside") for p in o.parents if p in at), None)
-        if o in at:
-            found = (o, "is")
-        elif o in under:
-            found = (o, "holds")
-        if found is None:
-            continue
-        path, how = found
-        in_name, inp = at.get(path) or under[path]
-        return (
-            f"{out_name} {out} {how} the input {in_name} {inp}: writing it could overwrite "
-            "or delete what you gave, so nothing was done"
-        )
-    return None
-
-
-def refuse_overlap(outputs: Named, inputs: Named) -> None:
-    """ConfigError, before any work, when an output could destroy an input (overlap_problem)."""
-    from fitwhisper.errors import ConfigError
-
-    if (why := overlap_problem(outputs, inputs)) is not None:
-        raise ConfigError(why, hint="choose an output path outside every input")
-
-
-def _pairs(named: Named) -> Iterable[tuple[str, str | Path | None]]:
-    return named.items() if isinstance(named, Mapping) else named

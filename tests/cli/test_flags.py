@@ -108,3 +108,33 @@ def test_config_file_values_take_their_fields_types(tmp_path: Path) -> None:
     assert train.eval_steps is None
     assert values["model"]["language"] == "123"
     assert values["model"]["lora_target_modules"] == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["train", "--model", "offline/tiny.en", "--train_manifest", "m.jsonl",
+             "--lora_r", "0", "--max_audio_len", "45", "--learning_rate", "-1"],
+            ["--lora_r must be", "--max_audio_len must be", "--learning_rate must be"],
+        ),
+        (
+            ["evaluate", "offline/tiny.en", "m.jsonl", "--output_dir", "m.jsonl",
+             "--batch_size", "0"],
+            ["--output_dir m.jsonl is a file", "--batch_size must be"],
+        ),
+    ],
+)  # fmt: skip
+def test_problems_in_every_option_group_are_reported_together(
+    argv: list[str], expected: list[str], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """One command line with several mistakes hears of all of them at once, whichever
+    dataclass each option comes from (build_configs)."""
+    from fitwhisper.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.jsonl").write_text('{"audio": "a.wav", "text": "x"}\n')
+    assert main(argv) == 1
+    message = capsys.readouterr().err.split("\n\nhint:")[0]
+    assert all(e in message for e in expected), message
+    assert "\n\n" not in message and "Traceback" not in message

@@ -89,18 +89,32 @@ def test_a_new_run_into_a_finished_runs_folder_is_refused(
 
 
 def test_the_rule_names_both_paths_and_how_they_meet(tmp_path: Path) -> None:
-    from fitwhisper.paths import overlap_problem
+    from fitwhisper.output_guard import Output, output_problems
 
     model = tmp_path / "run" / "final"
     model.mkdir(parents=True)
     data = tmp_path / "train.jsonl"
     data.write_text("{}\n")
     inputs = {"MODEL": model, "--manifest": data, "hub id": "openai/whisper-small"}
-    assert "OUT " + str(model) + " is the input MODEL" in overlap_problem({"OUT": model}, inputs)
-    assert "holds the input MODEL" in overlap_problem({"OUT": tmp_path / "run"}, inputs)
-    assert "lies inside the input MODEL" in overlap_problem({"OUT": model / "ct2"}, inputs)
-    assert "is the input --manifest" in overlap_problem([("x", data)], inputs)
-    assert overlap_problem({"OUT": tmp_path / "exports", "none": None}, inputs) is None
+
+    def why(path, kind="folder") -> str:
+        found = output_problems([Output("OUT", path, kind)], inputs)
+        return found[0] if found else ""
+
+    assert "OUT " + str(model) + " is the input MODEL" in why(model)
+    assert "holds the input MODEL" in why(tmp_path / "run")
+    assert "lies inside the input MODEL" in why(model / "ct2")
+    assert "is the input --manifest" in why(data, "file")
+    # Another spelling of the same thing on disk: `..`, a symlink, a hard link.
+    assert "is the input MODEL" in why(tmp_path / "run" / "x" / ".." / "final")
+    (tmp_path / "link").symlink_to(model)
+    assert "is the input MODEL" in why(tmp_path / "link")
+    assert "lies inside the input MODEL" in why(tmp_path / "link" / "sub")
+    (tmp_path / "hard.jsonl").hardlink_to(data)
+    assert "is the input --manifest" in why(tmp_path / "hard.jsonl", "file")
+    assert why(tmp_path / "exports") == ""
+    # A folder that only receives files may hold the inputs (transcripts beside recordings).
+    assert why(tmp_path, "files_into") == ""
 
 
 def test_a_second_evaluate_into_a_folder_in_use_is_refused(

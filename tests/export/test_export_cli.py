@@ -99,3 +99,17 @@ def test_an_export_removes_the_temporary_folders_a_killed_one_left(
     assert main(["export", str(tiny_whisper_dir), str(out), "--format", "openai,ggml"]) == 1
     assert not any(f.exists() for f in stale) and all(f.exists() for f in kept)
     assert "removed 3 temporary folder(s) an earlier export left" in caplog.text
+
+
+def test_an_exported_folder_has_the_permissions_a_plain_mkdir_gives(
+    tiny_whisper_dir: Path, tmp_path: Path
+) -> None:
+    """Each format is written into a private temporary folder and renamed into place: the
+    folder must not stay readable by its owner only (it was 0700)."""
+    umask = os.umask(0o022)
+    try:
+        out = tmp_path / "openai"
+        assert main(["export", str(tiny_whisper_dir), str(out), "--format", "openai"]) == 0
+    finally:
+        os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o755

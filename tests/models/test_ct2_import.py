@@ -203,8 +203,8 @@ def test_cli_import_prints_repairs_and_refuses_to_overwrite(
 
     assert main(["import-ct2", str(src), str(out)]) == 1
     err = capsys.readouterr().err
-    assert f"error: {out} already exists" in err
-    assert "hint: choose another folder or pass --force to replace it" in err
+    assert f"error: OUT {out} exists and is not empty; pass --force to replace it" in err
+    assert "hint: choose another output folder, or pass --force to replace it" in err
     assert main(["import-ct2", str(src), str(out), "--force", "--dtype", "float16"]) == 0
 
 

@@ -88,15 +88,19 @@ def test_a_folder_without_a_run_is_one_paragraph(tmp_path: Path, capsys) -> None
     assert "Traceback" not in err
 
 
-def test_a_report_that_fails_is_a_warning_and_the_run_goes_on(
+def test_a_report_that_fails_is_an_error_and_the_run_goes_on(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:
+    import logging
+
     import fitwhisper.report.render as render
 
     folder = generated_evaluation(tmp_path / "eval", 2, [write_tone(tmp_path / "a.wav", 1.0)])
     monkeypatch.setattr(render, "render", lambda data: 1 / 0)
     assert report_quietly(folder) is None
-    assert "could not write the HTML report of" in caplog.text
+    (record,) = [r for r in caplog.records if "could not write the HTML report of" in r.message]
+    assert record.levelno == logging.ERROR
+    assert f"`fitwhisper report {folder}` writes it once that is fixed" in record.message
     assert not (folder / "report.html").exists()
 
 

@@ -183,3 +183,29 @@ def test_run_folder_made_for_a_run_that_failed_at_once_is_removed(tmp_path: Path
     with pytest.raises(DataError), output_folder(out):
         raise DataError("no usable rows")
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_a_run_killed_during_its_first_save_points_to_one_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only an incomplete checkpoint (a kill while the first one was saved): `--resume`
+    and a fresh run both name --overwrite_output_dir, never each other."""
+    import fitwhisper.models.resolve as resolve
+    from fitwhisper.cli import main
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(resolve, "resolve_model", loaded)
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoint-2" / "model.safetensors").write_bytes(b"\0" * 8)  # no marker
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"audio": "a.wav", "text": "x"}\n')
+    argv = ["train", "--model", "offline/tiny.en", "--train_manifest", str(manifest),
+            "--output_dir", str(run)]  # fmt: skip
+    for extra in ([], ["--resume"]):
+        assert main([*argv, *extra]) == 1
+        message = capsys.readouterr().err.split("\n\nhint:")[0]
+        assert "--overwrite_output_dir" in message, message
+        assert "add --resume" not in message and "without --resume" not in message

@@ -368,3 +368,44 @@ def test_folds_judge_each_trial_on_every_clip_and_a_killed_trial_resumes_in_its_
     both = _args(tiny_whisper_dir, (speakers_manifest, speakers_manifest), tmp_path / "x")
     assert main([*both, "--folds", "2"]) == 1
     assert not (tmp_path / "x" / "trials").exists()
+
+
+def test_every_search_form_with_bad_values_is_refused_before_any_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value, a range and a choice, each checked as the option itself checks it (type,
+    choices, range), all problems of the command line in one paragraph, exit 1."""
+    import fitwhisper.models.resolve as resolve
+    from fitwhisper.cli import main
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(resolve, "resolve_model", loaded)
+    monkeypatch.setattr(resolve, "load_model", loaded)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"audio": "a.wav", "text": "x"}\n')
+    bad = {
+        "learning_rate=abc": "learning_rate takes a number, got 'abc'",
+        "lr_scheduler_type=bogus": "lr_scheduler_type takes one of linear, cosine",
+        "max_steps=-3": "--max_steps must be at least 1, or -1 to train by epochs, got -3",
+        "lora_r=8|": "lora_r takes a whole number, got ''",
+        "lora_r=8.5..16": "lora_r takes a whole number, got 8.5",
+        "augment=1..3": "augment takes one of none, light, medium, strong, not a range",
+        "freeze_encoder=maybe": "freeze_encoder takes true or false, got 'maybe'",
+        "seed=-1|3": "--seed must be in [0, 4294967295]",
+        "full_window_share=0..2": "--full_window_share must be in [0, 1], got 2",
+    }
+    argv = ["tune", "--model", "offline/tiny.en", "--train_manifest", str(manifest),
+            "--eval_manifest", str(manifest), "--output_dir", str(tmp_path / "study"),
+            "--per_device_train_batch_size", "0"]  # fmt: skip
+    for spec in bad:
+        argv += ["--search", spec]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    message, _, hint = err.partition("\n\nhint: ")
+    assert "Traceback" not in err and "\n" not in message.strip() and hint
+    assert "--per_device_train_batch_size must be at least 1, got 0" in message
+    for spec, why in bad.items():
+        assert f"--search {spec}: {why}" in message, spec
+    assert not (tmp_path / "study").exists()

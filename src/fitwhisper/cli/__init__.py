@@ -8,7 +8,7 @@ and `run(args)`, which builds the typed options, runs the library and returns th
 
 - `flags`: dataclass fields to flags, `--config` YAML files, flags back to dataclasses
 - `common_options`: the output options every command takes (`-v`, `-q`, `--debug`)
-- one module per command: check_data, import_ct2, models, demo, train, tune, evaluate,
+- one module per command: check_data, shard, import_ct2, models, demo, train, tune, evaluate,
   transcribe, merge, export, plan, doctor, report
 
 Building the parser imports no heavy library (torch, transformers): `--help` and bad flags
@@ -34,6 +34,7 @@ from fitwhisper.cli import (
     models,
     plan,
     report,
+    shard,
     train,
     transcribe,
     tune,
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 COMMANDS = [
     check_data,
+    shard,
     import_ct2,
     models,
     demo,
@@ -90,6 +92,8 @@ def _run(args: argparse.Namespace, common: CommonOptions) -> int:
                 raise
             raise user_error from e
     except FitWhisperError as e:
+        from fitwhisper.safe_text import terminal_text
+
         if common.debug:
             raise
         rank = os.environ.get("RANK", "0")
@@ -97,9 +101,11 @@ def _run(args: argparse.Namespace, common: CommonOptions) -> int:
             return 1  # several processes (torchrun): the main one prints the message
         # Out of memory happens to one process (the main one may be fine): it says which.
         where = f" (rank {rank})" if rank not in ("", "0") else ""
-        print(f"error{where}: {e.message}", file=sys.stderr)
+        # File names and texts from the user's data, shown as escapes where they could
+        # move the cursor or reorder the line (fitwhisper.safe_text).
+        print(f"error{where}: {terminal_text(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"\nhint: {e.hint}", file=sys.stderr)
+            print(f"\nhint: {terminal_text(e.hint)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import dataclass, field
 
-from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.cli.flags import Options, add_command, build_configs
 from fitwhisper.config import DataConfig
 from fitwhisper.option_ranges import COUNT_OR_ALL
 
@@ -51,6 +51,7 @@ class CheckDataOptions:
 DATA_FIELDS = (
     "audio_column",
     "text_column",
+    "audio_dir",
     "language_column",
     "min_audio_len",
     "max_audio_len",
@@ -76,10 +77,11 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.data.check import check_manifest
     from fitwhisper.data.manifest import load_manifest, select
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import Output, check_outputs
 
-    opts, data_cfg = build_config(CheckDataOptions, args), build_config(DataConfig, args)
-    refuse_overlap({"--report": opts.report}, {"MANIFEST": opts.manifest, "--model": opts.model})
+    opts, data_cfg = build_configs(args, (CheckDataOptions, DataConfig))
+    inputs = {"MANIFEST": opts.manifest, "--model": opts.model}
+    check_outputs([Output("--report", opts.report, "file")], inputs)
     manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns())
     if opts.limit is not None:
         manifest.rows = select(manifest.rows, opts.limit)

@@ -71,8 +71,10 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.demo.run import run_demo
+    from fitwhisper.output_guard import Output, check_outputs
 
     opts = build_config(DemoOptions, args)
+    check_outputs([Output("--output_dir", opts.output_dir, "folder")], [])  # it reads nothing
     r = run_demo(
         opts.output_dir,
         num_train_epochs=opts.num_train_epochs,

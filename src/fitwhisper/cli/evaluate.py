@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.cli.flags import Options, add_command, build_configs
 from fitwhisper.config import DataConfig, EvalConfig
 
 
@@ -65,7 +65,14 @@ class EvaluateCommand:
 
 
 # Manifest columns and the bad-row policy are DataConfig's, as `train` and `check-data` show.
-DATA_FIELDS = ("audio_column", "text_column", "language_column", "language_token", "bad_rows")
+DATA_FIELDS = (
+    "audio_column",
+    "text_column",
+    "audio_dir",
+    "language_column",
+    "language_token",
+    "bad_rows",
+)
 OPTIONS = (
     Options(EvaluateCommand),
     Options(EvalConfig, "scoring"),
@@ -89,20 +96,19 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    cmd = build_config(EvaluateCommand, args)
-    cfg, data_cfg = build_config(EvalConfig, args), build_config(DataConfig, args)
+    cmd, cfg, data_cfg = build_configs(args, (EvaluateCommand, EvalConfig, DataConfig))
     if not cmd.output_dir:
         return _evaluate(cmd, cfg, data_cfg)
     from pathlib import Path
 
-    from fitwhisper.folder_lock import output_folder
-    from fitwhisper.paths import refuse_overlap, require_folder
+    from fitwhisper.folder_lock import LOCK_FILE, output_folder
+    from fitwhisper.output_guard import MARKER, Output, check_outputs, claim_folder
 
     # Before the model runs, not after it.
-    require_folder(cmd.output_dir, "--output_dir")
     inputs = {"MODEL": cmd.model, "MANIFEST": cmd.manifest, "--compare": cmd.compare}
-    refuse_overlap({"--output_dir": cmd.output_dir}, inputs)
-    with output_folder(Path(cmd.output_dir), "evaluation"):
+    check_outputs([Output("--output_dir", cmd.output_dir, "folder")], inputs)
+    with output_folder(Path(cmd.output_dir), "evaluation", ignore=(MARKER,)) as out:
+        claim_folder(out, "evaluate", ignore=(LOCK_FILE,))
         return _evaluate(cmd, cfg, data_cfg)
 
 

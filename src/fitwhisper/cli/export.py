@@ -92,7 +92,12 @@ class ExportArgs:
         default=8, metadata={"min": 1, "help": "Clips per batch when re-scoring."}
     )
     force: bool = field(
-        default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
+        default=False,
+        metadata={
+            "help": "Replace OUT if it exists and an earlier fitwhisper command made it "
+            "(never a folder it did not make, nor the model).",
+            "switch": True,
+        },
     )
 
 
@@ -126,17 +131,19 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fitwhisper.export.card import write_export_cards
-    from fitwhisper.export.formats import FORMATS, check_formats, export_formats
+    from fitwhisper.export.formats import FORMATS, check_formats, export_formats, export_outputs
     from fitwhisper.export.rescoring import rescore, scoring_rows
     from fitwhisper.models.resolve import resolve_model
     from fitwhisper.models.short_window import thirty_second_note
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import check_outputs
 
     a = build_config(ExportArgs, args)
     formats = check_formats(a.format)
     # As given, before anything resolves; export_formats checks the resolved model again
     # (a run folder's final/, a LoRA adapter's base).
-    refuse_overlap({"OUT": a.out}, {"MODEL": a.model, "--manifest": a.manifest})
+    check_outputs(
+        export_outputs(a.out, formats, a.force), {"MODEL": a.model, "--manifest": a.manifest}
+    )
     model = resolve_model(a.model)
     # The manifest's rows are checked before any format is written (and the formats'
     # refusals inside export_formats, before the first is written).

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
 from fitwhisper.errors import ConfigError
+from fitwhisper.option_ranges import typed as _typed
+from fitwhisper.option_ranges import unwrap as _unwrap
 
 T = TypeVar("T")
 
@@ -191,6 +192,34 @@ def build_config(
     return built
 
 
+def build_configs(
+    args: argparse.Namespace,
+    classes: Sequence[type],
+    file_values: Sequence[dict[str, Any]] | None = None,
+    also: Callable[[list[Any]], list[str]] | None = None,
+) -> list[Any]:
+    """`build_config` for each of `classes` (with its config-file section from
+    `file_values`), and every problem of all of them, with those `also(built)` finds (None
+    in place of an options object that did not build), in one ConfigError: a command line
+    with four mistakes hears of four at once."""
+    built, problems = [], []
+    for i, cls in enumerate(classes):
+        try:
+            built.append(build_config(cls, args, (file_values or [{}] * len(classes))[i]))
+        except ConfigError as e:
+            built.append(None)
+            problems.append(e.message)
+    if also is not None:
+        problems += also(built)
+    if problems:
+        raise ConfigError(
+            "; ".join(problems),
+            hint=f"fix the value{'s' if len(problems) > 1 else ''}; `--help` says what each "
+            "option takes",
+        )
+    return built
+
+
 def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, dict[str, Any]]:
     """Read a YAML config: either flat (`learning_rate: 1e-5`) or in sections named like the
     run record (`model:`, `data:`, `train:`). Unknown keys are an error, all listed at once."""
@@ -237,76 +266,6 @@ def load_config_file(path: str | Path, sections: dict[str, type]) -> dict[str, d
             "`--help` shows each option's values",
         )
     return out
-
-
-def _typed(value: Any, hint: Any) -> Any:
-    """A config-file value as the field's type, the way its flag would parse it; ValueError
-    naming the expected type otherwise (YAML reads `1e-5` as text, `no` as false)."""
-    kind, choices, optional = _unwrap(hint)
-    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
-        if optional:
-            return None
-        raise ValueError(_expected(kind, choices))
-    if choices is not None:
-        if value not in choices:
-            raise ValueError(_expected(kind, choices))
-        return value
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ValueError("true or false")
-    if kind in (int, float) and not isinstance(value, bool):
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value.strip()) if kind is float else int(value.strip())
-            except ValueError:
-                raise ValueError(_expected(kind, None)) from None
-        if isinstance(number, int) or (kind is float and isinstance(number, float)):
-            return kind(number)
-        if isinstance(number, float) and number.is_integer():  # `max_steps: 100.0`
-            return int(number)
-        raise ValueError(_expected(kind, None))
-    if kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
-    if kind is list:
-        if isinstance(value, str):
-            return _comma_list(value)
-        if isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
-            return [str(v) for v in value]
-    if kind in (int, float, str, list):
-        raise ValueError(_expected(kind, None))
-    return value  # a type the flags do not parse either
-
-
-def _expected(kind: type, choices: list[Any] | None) -> str:
-    if choices is not None:
-        return "one of " + ", ".join(str(c) for c in choices)
-    names = {
-        int: "a whole number",
-        float: "a number",
-        str: "text",
-        bool: "true or false",
-        list: "a list (or a comma list)",
-    }
-    return names.get(kind, kind.__name__)
-
-
-def _unwrap(hint: Any) -> tuple[type, list[Any] | None, bool]:
-    """(base type, choices, optional) of a field's type hint."""
-    optional = False
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(hint))
-        hint = args[0]
-        origin = typing.get_origin(hint)
-    if origin is Literal:
-        choices = list(typing.get_args(hint))
-        return type(choices[0]), choices, optional
-    if origin is list:
-        return list, None, optional
-    return hint, None, optional
 
 
 def _parser_for(kind: type, optional: bool):

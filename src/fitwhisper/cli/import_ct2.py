@@ -59,7 +59,12 @@ class ImportCt2Args:
         },
     )
     force: bool = field(
-        default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
+        default=False,
+        metadata={
+            "help": "Replace OUT if it exists and an earlier fitwhisper command made it "
+            "(never a folder it did not make).",
+            "switch": True,
+        },
     )
 
 
@@ -83,11 +88,11 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.models.ct2_import import import_ct2
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import Output, check_outputs
 
     a = build_config(ImportCt2Args, args)
-    refuse_overlap(
-        {"OUT": a.out},
+    check_outputs(
+        [Output("OUT", a.out, "new_folder", replace=a.force)],
         [
             ("SRC", a.src),
             *(("--part", p) for p in a.part or ()),

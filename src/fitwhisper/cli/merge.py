@@ -29,7 +29,12 @@ class MergeArgs:
         }
     )
     force: bool = field(
-        default=False, metadata={"help": "Replace OUT if it exists.", "switch": True}
+        default=False,
+        metadata={
+            "help": "Replace OUT if it exists and an earlier fitwhisper command made it (never a "
+            "folder it did not make, nor the adapter or its base model).",
+            "switch": True,
+        },
     )
 
 
@@ -52,11 +57,11 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.models.merge import merge_adapter
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.models.merge import merge_adapter, merge_inputs
+    from fitwhisper.output_guard import Output, check_outputs
 
     a = build_config(MergeArgs, args)
-    refuse_overlap({"OUT": a.out}, {"ADAPTER": a.adapter})
+    check_outputs([Output("OUT", a.out, "new_folder", replace=a.force)], merge_inputs(a.adapter))
     r = merge_adapter(a.adapter, a.out, overwrite=a.force)
     print(f"merged {r.adapter} into its base {r.base} ({r.n_params / 1e6:.2f}M params)")
     print(f"  wrote  {r.out}  (loads with from_pretrained, or --model {r.out})")

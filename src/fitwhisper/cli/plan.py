@@ -44,10 +44,10 @@ def run(args: argparse.Namespace) -> int:
 
     from fitwhisper.memory.predict import predict_memory
     from fitwhisper.memory.sharded import check_world, shard
-    from fitwhisper.paths import refuse_overlap
+    from fitwhisper.output_guard import Output, check_outputs
 
     opts = build_config(PlanOptions, args)
-    refuse_overlap({"--output": opts.output}, {"--model": opts.model})
+    check_outputs([Output("--output", opts.output, "file")], {"--model": opts.model})
     if opts.presets:
         return _presets(opts)
     check_world(opts.num_gpus, opts.num_nodes, opts.deepspeed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
@@ -71,18 +72,20 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from fitwhisper.errors import ConfigError
-    from fitwhisper.report import write_report
+    from fitwhisper.report import check_report_output, write_report
 
     a = build_config(ReportArgs, args)
-    # A page is rewritten freely; any other file is not ours to replace.
-    if a.output and Path(a.output).exists() and Path(a.output).suffix not in (".html", ".htm"):
-        raise ConfigError(
-            f"--output {a.output} exists and is not an HTML page; the report would replace it",
-            hint="give a new file name ending in .html",
-        )
-    path = write_report(a.folder, a.other, output=a.output, embed_audio=a.embed_audio)
+    # The output guard, before anything is read (write_report asks it again).
+    check_report_output(a.folder, a.other, a.output)
+    unreadable: list[str] = []
+    path = write_report(
+        a.folder, a.other, output=a.output, embed_audio=a.embed_audio, unreadable=unreadable
+    )
     print(f"report: {path}")
+    if unreadable:  # as transcribe does for bad inputs: the rest written, each named, exit 1
+        print(
+            f"could not read {len(unreadable)} file(s); the page leaves them out:", file=sys.stderr
+        )
+        print("\n".join(f"  {entry}" for entry in unreadable), file=sys.stderr)
+        return 1
     return 0

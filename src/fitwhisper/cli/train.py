@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from fitwhisper.cli.flags import Options, add_command, build_config, load_config_file
+from fitwhisper.cli.flags import (
+    Options,
+    add_command,
+    build_config,
+    build_configs,
+    load_config_file,
+)
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 
 
@@ -43,13 +51,27 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
     )
 
 
-def options_from(args: argparse.Namespace, sections: dict[str, type]) -> tuple[list, set[str]]:
+def options_from(
+    args: argparse.Namespace,
+    sections: dict[str, type],
+    also: Callable[[dict[str, Any]], list[str]] | None = None,
+) -> tuple[list, set[str]]:
     """One config object per section, from --config FILE and the flags (which win), and the
     names of the options the user gave, for --plan and --auto_fit: flags absent from the
-    command line are absent from args (argparse.SUPPRESS)."""
+    command line are absent from args (argparse.SUPPRESS). Every section's problems, and
+    those `also` finds in the sections that built ({name: config}), are reported together in
+    one ConfigError."""
     config_file = build_config(ConfigFile, args).config
     from_file = load_config_file(config_file, sections) if config_file else {}
-    configs = [build_config(cls, args, from_file.get(name, {})) for name, cls in sections.items()]
+    names = list(sections)
+
+    def more(built: list) -> list[str]:
+        ok = {n: b for n, b in zip(names, built, strict=True) if b is not None}
+        return also(ok) if also is not None else []
+
+    configs = build_configs(
+        args, list(sections.values()), [from_file.get(n, {}) for n in names], also=more
+    )
     explicit = set(vars(args)) | {k for part in from_file.values() for k in part}
     return configs, explicit
 

@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from fitwhisper.cli.flags import Options, add_command, build_config
+from fitwhisper.cli.flags import Options, add_command, build_configs
 from fitwhisper.transcribe.options import TranscribeJob, TranscribeOptions, with_timestamps_for
 from fitwhisper.whisper_facts import decoding
 
@@ -55,9 +55,8 @@ def run(args: argparse.Namespace) -> int:
         transcribe_files,
     )
 
-    job = build_config(TranscribeJob, args)
-    opts = build_config(TranscribeOptions, args)
-    quiet = build_config(CommonOptions, args).quiet
+    job, opts, common = build_configs(args, (TranscribeJob, TranscribeOptions, CommonOptions))
+    quiet = common.quiet
 
     # 1. Inputs and outputs, checked before any model loads.
     formats = _checked_formats(job, opts)
@@ -244,36 +243,37 @@ def _formats(spec: str | None, output_file: str | None) -> list[str]:
 def _check_outputs(output_dir: str | None, output_file: str | None) -> None:
     """Refuse outputs that cannot be written before a model loads or audio is decoded, and
     create nothing: a missing --output_dir is made later, once there is text to write."""
-    from fitwhisper.errors import ConfigError
-    from fitwhisper.paths import file_problem, folder_problem
+    from fitwhisper.output_guard import Output, check_outputs
 
-    if output_file and (why := file_problem(output_file, "--output_file")) is not None:
-        folder = Path(output_file).parent
-        raise ConfigError(
-            why,
-            hint=f"name a file in a folder you can write (mkdir -p {folder} if it is missing), "
-            "or pass --output_dir for a folder",
-        )
-    if output_dir and (why := folder_problem(output_dir, "--output_dir")) is not None:
-        raise ConfigError(
-            why,
-            hint="name a folder you can write (it is created if missing), or pass "
-            "--output_file for one file",
-        )
+    check_outputs(
+        [
+            Output("--output_file", output_file, "file"),
+            Output("--output_dir", output_dir, "files_into"),
+        ],
+        [],
+    )
 
 
 def _refuse_writing_over_inputs(job, files: list[Path], formats: list[str], stems) -> None:
-    """Every transcript path, checked against every input before any model loads."""
-    from fitwhisper.paths import refuse_overlap
+    """Every transcript path, checked against every input before any model loads (the
+    output guard: the folder may hold the recordings, no transcript may be one)."""
+    from fitwhisper.output_guard import Output, check_outputs
 
-    written = [("--output_file", job.output_file)]
+    written = [
+        Output("--output_file", job.output_file, "file"),
+        Output("--output_dir", job.output_dir, "files_into"),
+    ]
     if job.output_dir:
         out_dir = Path(job.output_dir)
         written += [
-            ("the transcript", out_dir / f"{stems[str(f)]}.{fmt}") for f in files for fmt in formats
+            Output(
+                "the transcript", out_dir / f"{stems[str(f)]}.{fmt}", "file", in_checked_folder=True
+            )
+            for f in files
+            for fmt in formats
         ]
     inputs = [("audio", f) for f in files]
-    refuse_overlap(written, [*inputs, ("--audio_list", job.audio_list), ("--model", job.model)])
+    check_outputs(written, [*inputs, ("--audio_list", job.audio_list), ("--model", job.model)])
 
 
 def _unique_stems(files: list[Path]) -> dict[str, str]:

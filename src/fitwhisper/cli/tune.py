@@ -37,9 +37,14 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from fitwhisper.tune import search_space, tune
-    from fitwhisper.tune.space import describe
+    from fitwhisper.tune.space import describe, read_specs
 
-    (model_cfg, data_cfg, train_cfg, tune_cfg), explicit = options_from(args, SECTIONS)
+    # The --search specs are checked with the other options: all problems at once.
+    (model_cfg, data_cfg, train_cfg, tune_cfg), explicit = options_from(
+        args,
+        SECTIONS,
+        also=lambda built: read_specs(built["tune"].search)[1] if "tune" in built else [],
+    )
     if tune_cfg.show_space:
         space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
         print("search space:\n" + describe(space, fixed))

@@ -58,11 +58,13 @@ def run_demo(
 ) -> DemoResult:
     """Run the whole demo; every artefact goes under out_dir."""
     from fitwhisper.demo.data import make_demo_dataset
+    from fitwhisper.output_guard import claim_folder
     from fitwhisper.train import train
     from fitwhisper.transcribe import transcribe_file
 
     t0 = time.perf_counter()
     out = Path(out_dir)
+    claim_folder(out, "demo")
 
     # 1. data
     log.info("[1/4] making the demo dataset in %s", out / "data")

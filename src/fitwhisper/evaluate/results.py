@@ -6,7 +6,6 @@ summary); `Comparison` two models on the same clips (`fitwhisper evaluate --comp
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from fitwhisper.evaluate.plan import EvalPlan
 from fitwhisper.evaluate.scorer import make_scorer
+from fitwhisper.safe_text import json_text
 from fitwhisper.scoring import Score, TextNormalizer, score, utterance_errors
 
 UNITS = {"wer": "words", "cer": "characters", "mer": "tokens (Chinese characters, other words)"}
@@ -380,10 +380,10 @@ def _skipped_note(skipped: Sequence[str]) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json_text(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(json_text(row) + "\n")

@@ -8,14 +8,13 @@ this module checks the destination and reports what was written.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fitwhisper.errors import ConfigError
 from fitwhisper.models.ct2_export import QUANTIZATIONS
-from fitwhisper.paths import require_folder
+from fitwhisper.output_guard import Output, check_outputs, replace_folder
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -53,12 +52,11 @@ def export_ct2(
             f"unknown --quantization {quantization!r}", hint="use " + ", ".join(QUANTIZATIONS)
         )
     dest = Path(out)
-    require_folder(dest, "OUT")  # before the conversion, not after it
-    if dest.exists() and any(dest.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
-        shutil.rmtree(dest)
     model = as_resolved(model_spec)
+    # Before the conversion, not after it (fitwhisper.output_guard).
+    inputs = {"MODEL": model.spec, "MODEL (resolved)": model.path_or_id, "adapter": model.adapter}
+    check_outputs([Output("OUT", dest, "new_folder", replace=overwrite)], inputs)
+    replace_folder(dest)
     convert_to_ct2(model, dest, quantization)
     size = sum(f.stat().st_size for f in dest.iterdir()) / 1e6
     log.info("exported %s to %s (%s, %.0f MB)", model.spec, dest, quantization, size)

@@ -32,7 +32,13 @@ import numpy as np
 
 from fitwhisper.errors import ConfigError
 from fitwhisper.models.ct2_export import EXPORT_INFO
-from fitwhisper.paths import refuse_overlap, require_folder
+from fitwhisper.output_guard import (
+    Output,
+    as_if_made_by_mkdir,
+    check_outputs,
+    mark,
+    replace_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +125,16 @@ def destinations(out: Path, formats: Sequence[str]) -> dict[str, Path]:
     return {f: out / f for f in formats}
 
 
+def export_outputs(out: str | Path, formats: Sequence[str], overwrite: bool) -> list[Output]:
+    """What an export writes, for the output guard: OUT, written whole for one format; for
+    several, OUT/<format>/ each written whole, in an OUT that may hold other things."""
+    dests = destinations(Path(out), formats)
+    if len(dests) == 1:
+        return [Output("OUT", out, "new_folder", replace=overwrite)]
+    folders = [Output(f"OUT/{f}", d, "new_folder", replace=overwrite) for f, d in dests.items()]
+    return [Output("OUT", out, "folder"), *folders]
+
+
 def check_formats(formats: Sequence[str]) -> list[str]:
     """The formats asked for, once each, in the order given; ConfigError for an unknown one."""
     unknown = [f for f in formats if f not in FORMATS]
@@ -150,8 +166,9 @@ def export_formats(
     """Write `model_spec` in each of `formats` (see the module docstring for the layout).
 
     Raises:
-        ConfigError: an unknown format, or a destination that exists and is not empty
-            without `overwrite`.
+        ConfigError: an unknown format, or an OUT that may not be written
+            (`fitwhisper.output_guard`: not empty without `overwrite`, not made by
+            fitwhisper, or an input).
         ModelLoadError / DivergenceError: the source cannot be loaded, or has non-finite
             weights (a diverged run is never exported).
     """
@@ -162,11 +179,11 @@ def export_formats(
     out = Path(out)
     dests = destinations(out, formats)
     model = as_resolved(model_spec)
-    # Before any conversion, not after it: OUT writable, never over the source.
-    require_folder(out, "OUT")
-    refuse_overlap({"OUT": out}, source_paths(model_spec, model))
+    # Before any conversion, not after it: OUT writable, never over the source, replaced
+    # only when an earlier export made it.
+    check_outputs(export_outputs(out, formats, overwrite), source_paths(model_spec, model))
     for dest in dests.values():
-        _clear(dest, overwrite)
+        replace_folder(dest)
     remove_stale_work(dests.values())
     # A run's model card sits beside its weights, or beside a LoRA adapter.
     card_from = Path(str(model.adapter or model.path_or_id))
@@ -180,6 +197,7 @@ def export_formats(
             if fmt == "ct2":
                 r = export_ct2(source, dest, quantization=quantization, overwrite=True)
                 _copy_card(card_from, dest)
+                mark(dest, "export")
                 written.append(Written("ct2", dest, model.spec, r.size_mb))
                 continue
             kwargs = {"dtype": ggml_dtype} if fmt == "ggml" else {}
@@ -190,6 +208,7 @@ def export_formats(
                 record = {"format": fmt, "source": model.spec}
                 (work / EXPORT_INFO).write_text(json.dumps(record, indent=2) + "\n")
             written.append(Written(fmt, dest, model.spec, _size_mb(dest)))
+            mark(dest, "export")
     return written
 
 
@@ -265,24 +284,6 @@ def source_paths(model_spec, model) -> dict[str, Path | str | None]:
     }
 
 
-def _clear(dest: Path, overwrite: bool) -> None:
-    """An earlier export in `dest` removed with --force; anything else in it refused."""
-    from fitwhisper.models.ct2_export import export_info
-
-    if not dest.exists() or not any(dest.iterdir()):
-        return
-    if not overwrite:
-        raise ConfigError(f"{dest} exists and is not empty", hint="pass --force to replace it")
-    if not export_info(dest):
-        raise ConfigError(
-            f"{dest} exists and holds files that fitwhisper export did not write (no "
-            f"{EXPORT_INFO} in it): --force replaces an earlier export only, never a folder "
-            "it did not make",
-            hint="choose another OUT, or move that folder away yourself",
-        )
-    shutil.rmtree(dest)
-
-
 @contextlib.contextmanager
 def _aside(dest: Path) -> Iterator[Path]:
     """A temporary sibling of `dest`, renamed to `dest` when the block succeeds."""
@@ -291,6 +292,7 @@ def _aside(dest: Path) -> Iterator[Path]:
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}-{os.getpid()}-", dir=dest.parent))
     try:
         yield work
+        as_if_made_by_mkdir(work)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(work, dest)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from fitwhisper.errors import DivergenceError, ModelLoadError
 from fitwhisper.models.short_window import recorded_window
+from fitwhisper.output_guard import as_if_made_by_mkdir
 
 if TYPE_CHECKING:
     from fitwhisper.models.resolve import ResolvedModel
@@ -104,6 +105,7 @@ def convert_to_ct2(model: ResolvedModel, dest: Path, quantization: str) -> None:
             "encoder_window": recorded_window(source),
         }
         (work / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
+        as_if_made_by_mkdir(work)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(work, dest)

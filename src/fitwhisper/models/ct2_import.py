@@ -29,7 +29,13 @@ from typing import Literal
 import torch
 
 from fitwhisper.errors import ModelLoadError
-from fitwhisper.paths import require_folder
+from fitwhisper.output_guard import (
+    Output,
+    as_if_made_by_mkdir,
+    check_outputs,
+    mark,
+    replace_folder,
+)
 from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, TIMESTAMP_TOKENS
 
 log = logging.getLogger(__name__)
@@ -91,13 +97,11 @@ def import_ct2(
             repaired.
     """
     out = Path(out).expanduser()
-    require_folder(out, "OUT")
     if dtype not in ("float32", "float16"):
         raise ModelLoadError(f"dtype {dtype!r} is not supported", hint="use float32 or float16")
-    if out.exists() and not overwrite:
-        raise ModelLoadError(
-            f"{out} already exists", hint="choose another folder or pass --force to replace it"
-        )
+    sources = src if isinstance(src, (list, tuple)) else [src]
+    inputs = [*(("SRC", s) for s in sources), ("--config", config_file)]
+    check_outputs([Output("OUT", out, "new_folder", replace=overwrite)], inputs)
 
     # 1. Find and read the files.
     parts = find_model_parts(src)
@@ -128,8 +132,8 @@ def import_ct2(
         model.save_pretrained(tmp)
         save_processor(tokenizer, config.num_mel_bins, tmp)
         _make_readable(tmp)
-        if out.exists():
-            shutil.rmtree(out)
+        mark(tmp, "import-ct2")
+        replace_folder(out)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -546,10 +550,9 @@ def _probe_encoding(tok: dict) -> list[str]:
 
 
 def _make_readable(folder: Path) -> None:
-    # mkdtemp makes a private folder; give it the permissions a plain mkdir would have.
+    as_if_made_by_mkdir(folder)
     umask = os.umask(0)
     os.umask(umask)
-    folder.chmod(0o777 & ~umask)
     for f in folder.iterdir():
         f.chmod(0o666 & ~umask)
 

@@ -36,7 +36,20 @@ SPEAKER_KEYS = ("speaker", "speaker_id", "client_id", "spk")
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    """The rows of a JSON-lines file. Lines end at "\n" only: a transcript may hold U+2028,
+    U+0085 and other characters `str.splitlines` would split at. A line that does not parse
+    is left out and named (`fitwhisper.report.unreadable`)."""
+    from fitwhisper.report.unreadable import note
+
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as e:
+            note(path, f"line {n}: {e}")
+    return rows
 
 
 def clip_rows(

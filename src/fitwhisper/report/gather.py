@@ -26,6 +26,7 @@ from fitwhisper.report.clips import (
     read_jsonl,
 )
 from fitwhisper.report.stats import by_duration, by_key, paired_bootstrap
+from fitwhisper.report.unreadable import note
 
 # Trainer's per-log figures the page draws, as log_history names them.
 TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "clips_per_second")
@@ -201,8 +202,12 @@ def _eval_manifest(out: dict, scored: Path) -> str | None:
 def _csv_rows(path: Path) -> list[dict]:
     if not path.is_file():
         return []
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    except (OSError, ValueError, csv.Error) as e:  # ValueError: not UTF-8
+        note(path, e)
+        return []
 
 
 def _skipped(path: Path) -> list[dict]:
@@ -218,14 +223,27 @@ def _hours(path: Path) -> float | None:
 
 def _json(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None  # not written by this run: its section is left out
+    except (OSError, ValueError) as e:
+        note(path, e)
         return None
+    if not isinstance(data, dict):
+        note(path, f"holds a {type(data).__name__}, not an object")
+        return None
+    return data
 
 
 def _yaml(path: Path) -> dict | None:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        note(path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    if not isinstance(data, dict):
+        note(path, "holds no mapping of option: value")
+        return None
+    return data

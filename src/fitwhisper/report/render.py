@@ -4,9 +4,10 @@ assets/uPlot.*, MIT) inline. No server, no network: it opens from disk."""
 
 from __future__ import annotations
 
-import json
 import math
 from importlib import resources
+
+from fitwhisper.safe_text import html_text, json_for_html
 
 
 def _asset(name: str) -> str:
@@ -26,14 +27,8 @@ def _clean(value):
 
 def render(data: dict) -> str:
     """The page for `data` (report/gather.py or report/compare.py)."""
-    # "</" would end the script element early; "\u2028" breaks old parsers.
-    payload = (
-        json.dumps(_clean(data), ensure_ascii=False, separators=(",", ":"))
-        .replace("</", "<\\/")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
-    title = _escape(f"fitwhisper report: {data.get('title', '')}")
+    payload = json_for_html(_clean(data))  # fitwhisper.safe_text: no text can end the script
+    title = html_text(f"fitwhisper report: {data.get('title', '')}")
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -45,7 +40,3 @@ def render(data: dict) -> str:
         f"<script>{_asset('page.js')}</script>"
         "</body></html>\n"
     )
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -33,6 +33,7 @@ def validate(
     from fitwhisper.train.method_loading import problems as method_problems
     from fitwhisper.train.rows import option_problems as row_problems
     from fitwhisper.train.sharding import problems as deepspeed_problems
+    from fitwhisper.train.streamed import option_problems as stream_problems
 
     precision = precision or run_precision(train_cfg.fp16, train_cfg.bf16)
     problems: list[str] = []
@@ -63,6 +64,7 @@ def validate(
     problems += cache_problems(model_cfg, train_cfg)
     problems += augment_problems(train_cfg)
     problems += deepspeed_problems(model_cfg, train_cfg)
+    problems += stream_problems(data_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),
@@ -147,9 +149,27 @@ def _reporting_problems(cfg: TrainConfig) -> list[str]:
 
 
 def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
-    from fitwhisper.paths import overlap_problem
+    """The output guard's problems with the run folder (fitwhisper.output_guard)."""
+    from fitwhisper.output_guard import Output, output_problems
 
-    inputs = {
+    outputs = [
+        Output(
+            "--output_dir",
+            cfg.output_dir,
+            "folder",
+            replace=cfg.overwrite_output_dir,
+            replace_flag="--overwrite_output_dir",
+        ),
+        # Folders that receive files among others' (TensorBoard's events, Hub downloads).
+        Output("--logging_dir", cfg.logging_dir, "files_into"),
+        Output("--cache_dir", model_cfg.cache_dir, "files_into"),
+    ]
+    return output_problems(outputs, train_inputs(model_cfg, data_cfg, cfg))
+
+
+def train_inputs(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> dict:
+    """Every path a run reads, as the user named it (for the output guard)."""
+    return {
         "--model": model_cfg.model,
         "--plan": cfg.plan,
         "--rehearsal_manifest": data_cfg.rehearsal_manifest,
@@ -157,18 +177,16 @@ def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainCo
         f"--{name}": getattr(cfg, name)
         for name in ("train_manifest", "eval_manifest", "regression_manifest")
     }
-    why = overlap_problem({"--output_dir": cfg.output_dir}, inputs)
-    return [why] if why else []
 
 
 def _output_dir_problems(cfg: TrainConfig) -> list[str]:
-    from fitwhisper.paths import folder_problem
+    from fitwhisper.output_guard import folder_problem
     from fitwhisper.train.checkpoints import checkpoints, is_complete
 
     if not cfg.output_dir.strip():
         return []  # an empty path: named by its field's check (option_ranges)
-    if (unusable := folder_problem(cfg.output_dir, "--output_dir")) is not None:
-        return [unusable]
+    if folder_problem(cfg.output_dir, "--output_dir") is not None:
+        return []  # named by the output guard (_overlap_problems)
     problems = []
     found = checkpoints(cfg.output_dir)
     final = Path(cfg.output_dir) / "final"
@@ -181,15 +199,30 @@ def _output_dir_problems(cfg: TrainConfig) -> list[str]:
     if cfg.resume and cfg.overwrite_output_dir:
         problems.append("--resume and --overwrite_output_dir contradict each other; pick one")
     elif cfg.resume == "latest" and not any(is_complete(c) for c in found):
+        # Incomplete ones only (a kill during the first save): a fresh run would be refused
+        # for them, so the way out is the option that removes them.
+        afresh = (
+            "pass --overwrite_output_dir instead of --resume to start afresh (deletes them)"
+            if found
+            else "train without --resume to start afresh"
+        )
         problems.append(
             f"--resume: no complete checkpoint in {cfg.output_dir}"
             + (f" ({len(found)} incomplete)" if found else "")
-            + "; train without --resume to start afresh, or pass --resume PATH"
+            + f"; {afresh}, or pass --resume PATH"
         )
     elif cfg.resume and cfg.resume != "latest" and not Path(cfg.resume).is_dir():
         problems.append(f"--resume {cfg.resume}: no such checkpoint folder")
     elif found and not cfg.resume and not cfg.overwrite_output_dir:
         names = ", ".join(c.name for c in found[-3:])
+        if not any(is_complete(c) for c in found):  # nothing --resume could continue from
+            problems.append(
+                f"--output_dir {cfg.output_dir} holds only incomplete checkpoints of an "
+                f"earlier run that was stopped while saving ({names}): nothing to resume "
+                "from; pass --overwrite_output_dir to start afresh (deletes them), or choose "
+                "another --output_dir"
+            )
+            return problems
         problems.append(
             f"--output_dir {cfg.output_dir} already holds checkpoints of an earlier run "
             f"({'..., ' if len(found) > 3 else ''}{names}): add --resume to continue from the "

@@ -10,10 +10,11 @@ integer milliseconds, as openai-whisper writes it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
+
+from fitwhisper.safe_text import json_text, one_line, plain_text, vtt_cue
 
 OutputFormat = Literal["txt", "json", "srt", "vtt", "tsv"]
 FORMATS: tuple[OutputFormat, ...] = ("txt", "json", "srt", "vtt", "tsv")
@@ -106,26 +107,27 @@ def in_time_order(segments: Sequence[Segment]) -> tuple[Segment, ...]:
 
 def render(t: Transcript, fmt: OutputFormat) -> str:
     """The file content of `t` in `fmt`; ends with a newline."""
+    # Every text goes through fitwhisper.safe_text: one way per kind of file.
     if fmt == "txt":
-        return t.text + "\n"
+        return plain_text(t.text) + "\n"
     if fmt == "json":
-        return json.dumps(t.as_dict(), ensure_ascii=False, indent=2) + "\n"
+        return json_text(t.as_dict(), indent=2) + "\n"
     if fmt == "tsv":
         rows = ["start\tend\ttext"]
         rows += [
-            f"{round(1000 * s.start)}\t{round(1000 * s.end)}\t{_one_line(s.text)}"
+            f"{round(1000 * s.start)}\t{round(1000 * s.end)}\t{one_line(s.text)}"
             for s in t.segments
         ]
         return "\n".join(rows) + "\n"
     if fmt == "srt":
         blocks = [
-            f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{_one_line(s.text)}\n"
+            f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{one_line(s.text)}\n"
             for i, s in enumerate(_spoken(t.segments), start=1)
         ]
         return "\n".join(blocks)
     if fmt == "vtt":
         blocks = [
-            f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{_one_line(s.text)}\n"
+            f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{vtt_cue(s.text)}\n"
             for s in _spoken(t.segments)
         ]
         return "WEBVTT\n\n" + "\n".join(blocks)
@@ -152,11 +154,7 @@ def _words_from(words: Sequence[Word], start: float, end: float) -> tuple[Word, 
 
 def _spoken(segments) -> list[Segment]:
     # An empty cue makes some players show a blank caption or reject the file.
-    return [s for s in segments if s.text.strip()]
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return [s for s in segments if one_line(s.text)]
 
 
 def _join(texts) -> str:

@@ -228,6 +228,7 @@ class TranscribeJob:
         default=None,
         metadata={
             "path": "new_folder",
+            "files_among_others": True,
             "help": "Write one file per input and format here (NAME.FORMAT).",
             "aliases": ["--output-dir"],
             "metavar": "DIR",

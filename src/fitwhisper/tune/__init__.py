@@ -67,6 +67,7 @@ def tune(
     """
     import optuna
 
+    from fitwhisper.output_guard import claim_folder
     from fitwhisper.recipes import RECIPE_OPTIONS, with_epochs_for_data, with_recipe
     from fitwhisper.train import ranks
     from fitwhisper.tune.folds import write_folds
@@ -93,7 +94,7 @@ def tune(
     explicit = set(explicit or ()) | set(RECIPE_OPTIONS)
     space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
     study_dir = Path(train_cfg.output_dir)
-    study_dir.mkdir(parents=True, exist_ok=True)
+    claim_folder(study_dir, "tune")
     # Optuna logs a failed trial with its traceback; the error itself reaches the user as
     # every fitwhisper error does (one paragraph), so only its errors are shown.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -173,7 +174,7 @@ def _training_rows(data_cfg: DataConfig, train_cfg: TrainConfig) -> int:
     readable manifest (checked by `_check`) differs from only by the rows it skips."""
     from fitwhisper.data.manifest import load_manifest, select
 
-    manifest = load_manifest(train_cfg.train_manifest, data_cfg.audio_column, data_cfg.text_column)
+    manifest = load_manifest(train_cfg.train_manifest, **data_cfg.manifest_columns())
     return len(select(manifest.rows, data_cfg.max_train_samples))
 
 
@@ -203,6 +204,18 @@ def _check(model_cfg, data_cfg, train_cfg: TrainConfig, tune_cfg: TuneConfig, wo
             hint="start one `fitwhisper tune` per GPU (CUDA_VISIBLE_DEVICES=N) with the same "
             "--output_dir or --storage: they share one study",
         )
+    from fitwhisper.output_guard import Output, check_outputs
+    from fitwhisper.train.validation import train_inputs
+
+    # The study folder itself, then each trial's as train checks its run folder.
+    study = Output(
+        "--output_dir",
+        train_cfg.output_dir,
+        "folder",
+        replace=train_cfg.overwrite_output_dir,
+        replace_flag="--overwrite_output_dir",
+    )
+    check_outputs([study], train_inputs(model_cfg, data_cfg, train_cfg))
     probe = dataclasses.replace(train_cfg, output_dir=str(Path(train_cfg.output_dir) / "trials"))
     validate(model_cfg, data_cfg, probe)
 

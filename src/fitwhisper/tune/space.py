@@ -117,7 +117,36 @@ def apply_overrides(
     Raises:
         ConfigError: every spec that cannot be read, all listed at once.
     """
-    space, fixed, problems = dict(space), {}, []
+    space, fixed = dict(space), {}
+    parsed_specs, problems = read_specs(specs)
+    if problems:
+        raise ConfigError(
+            "the search space cannot be read: " + "; ".join(problems),
+            hint=SPEC_HINT,
+        )
+    for name, parsed in parsed_specs:
+        space.pop(name, None)
+        if parsed is None:  # off
+            continue
+        if isinstance(parsed, (Range, Choice)):
+            space[name] = parsed
+        else:
+            fixed[name] = parsed
+    return space, fixed
+
+
+SPEC_HINT = (
+    "NAME=LOW..HIGH[:log], NAME=A|B|C, NAME=VALUE or NAME=off, each value one the option "
+    "itself takes; `fitwhisper tune --show_space` prints the defaults"
+)
+
+
+def read_specs(specs: list[str]) -> tuple[list[tuple[str, Any]], list[str]]:
+    """Each `--search NAME=SPEC` read, and every value it names checked as the option itself
+    checks it (its type, choices and range: `fitwhisper.option_ranges`), before anything
+    loads; returns (name, Range | Choice | value | None) per spec, and one sentence per
+    problem, all of them."""
+    parsed_specs, problems = [], []
     for spec in specs:
         name, sep, text = spec.partition("=")
         name, text = name.strip(), text.strip()
@@ -134,20 +163,47 @@ def apply_overrides(
         except ValueError as e:
             problems.append(f"--search {spec}: {e}")
             continue
-        space.pop(name, None)
-        if parsed is None:  # off
+        if found := _value_problems(name, parsed):
+            problems += [f"--search {spec}: {why}" for why in found]
             continue
-        if isinstance(parsed, (Range, Choice)):
-            space[name] = parsed
-        else:
-            fixed[name] = parsed
-    if problems:
-        raise ConfigError(
-            "the search space cannot be read:\n  - " + "\n  - ".join(problems),
-            hint="NAME=LOW..HIGH[:log], NAME=A|B|C, NAME=VALUE or NAME=off; "
-            "`fitwhisper tune --show_space` prints the defaults",
-        )
-    return space, fixed
+        parsed_specs.append((name, parsed))
+    return parsed_specs, problems
+
+
+def _value_problems(name: str, parsed: Dimension | Any | None) -> list[str]:
+    """Why the values of a spec for option `name` are not ones the option takes, in the
+    words its flag and config files use."""
+    import dataclasses
+    import typing
+
+    from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+    from fitwhisper.option_ranges import expected, field_problem, typed, unwrap
+
+    if parsed is None:
+        return []
+    cls = next(c for c in (ModelConfig, TrainConfig, DataConfig) if name in c.__dataclass_fields__)
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    hint = typing.get_type_hints(cls)[name]
+    kind, choices, _ = unwrap(hint)
+    if isinstance(parsed, Range) and (choices is not None or kind not in (int, float)):
+        return [f"{name} takes {expected(kind, choices)}, not a range"]
+    values = (
+        parsed.values
+        if isinstance(parsed, Choice)
+        else (parsed.low, parsed.high)
+        if isinstance(parsed, Range)
+        else (parsed,)
+    )
+    problems = []
+    for value in values:
+        try:
+            value = typed(value, hint)
+        except ValueError as e:
+            problems.append(f"{name} takes {e}, got {value!r}")
+            continue
+        if why := field_problem(f, hint, value):
+            problems.append(why)
+    return problems
 
 
 def parse_spec(text: str) -> Dimension | Any | None:
