@@ -160,6 +160,10 @@ def test_offsets_read_their_span_and_are_no_duplicates(tmp_path: Path) -> None:
     kinds = [[p.kind for p in r.problems] for r in report.rows]
     assert kinds == [[], [], ["span_past_end"]]
     assert report.rows[0].duration_s == pytest.approx(3.0)
+    # Checked again, from the facts the first check kept: each span's own.
+    again = check_manifest(manifest, DataConfig(), progress=False)
+    assert [[p.kind for p in r.problems] for r in again.rows] == kinds
+    assert [r.duration_s for r in again.rows] == [r.duration_s for r in report.rows]
 
 
 def test_every_bad_segment_case_is_found(tmp_path: Path) -> None:
