@@ -77,10 +77,26 @@ def to_script(text: str, script: str | None) -> str:
 
 def rows_in_script(rows: Sequence, script: str | None) -> list:
     """Manifest rows with their transcripts converted into `script` (unchanged for None), so
-    a model trained on them learns to write that script."""
+    a model trained on them learns to write that script: a window of a long recording's
+    segments and previous text too (data/recordings.py)."""
     if check_output_script(script) is None:
         return list(rows)
-    return [dataclasses.replace(r, text=to_script(r.text or "", script)) for r in rows]
+
+    def converted(r):
+        segments = getattr(r, "segments", None)
+        if segments is not None:
+            segments = tuple(
+                dataclasses.replace(s, text=to_script(s.text, script)) for s in segments
+            )
+        previous = getattr(r, "previous_text", None)
+        return dataclasses.replace(
+            r,
+            text=to_script(r.text or "", script),
+            **({} if segments is None else {"segments": segments}),
+            **({} if previous is None else {"previous_text": to_script(previous, script)}),
+        )
+
+    return [converted(r) for r in rows]
 
 
 def expected_script(script: str | None) -> Script | None:

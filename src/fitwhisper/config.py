@@ -621,6 +621,30 @@ class TrainConfig:
             "0: every clip alone.",
         },
     )
+    segment_timestamp_share: float = field(
+        default=0.5,
+        metadata={
+            **FRACTION,
+            "help": "Rows with timed segments (a `segments` column, offsets into long "
+            "recordings, SRT/VTT files beside recordings) train as windows of up to 30 s: "
+            "the share of those windows labelled with their segments' times in Whisper's "
+            "timestamp format; the others are plain text after <|notimestamps|>, so both "
+            "modes stay alive. Drawn per window from --seed. 0.5 is a middle, not yet "
+            "chosen by measurement.",
+        },
+    )
+    previous_text_share: float = field(
+        default=0.2,
+        metadata={
+            **FRACTION,
+            "help": "The share of windows cut from long recordings that have earlier text in "
+            "their recording trained with it as Whisper's <|startofprev|> context (the "
+            "loss on the target alone), so conditioning on previous text and "
+            "--initial_prompt keep helping. Drawn per window from --seed; off with "
+            "--cache_encoder_outputs. 0.2 is cautious (distil-whisper's default), not yet "
+            "chosen by measurement.",
+        },
+    )
     # The earlier spelling of --encoder_input trimmed.
     short_encoder_input: bool = field(
         default=False, metadata={"help": "Same as --encoder_input trimmed."}

@@ -14,6 +14,7 @@ from fitwhisper.cli import main
 from fitwhisper.config import DataConfig
 from fitwhisper.data.check import PROBLEMS, apply_bad_row_policy, check_manifest
 from fitwhisper.data.manifest import load_manifest
+from fitwhisper.data.segments import SEGMENT_PROBLEMS
 from fitwhisper.errors import DataError
 
 
@@ -192,6 +193,7 @@ def test_cli_caps_the_bad_row_list(tmp_path, capsys):
 
 def test_every_problem_kind_is_described():
     more = {"label_too_long", "unknown_language", "nonfinite_audio", "clipped_audio"}
+    more |= {"span_past_end", *SEGMENT_PROBLEMS}  # tests/data/test_recordings.py
     assert set(EXPECTED.values()) | more == set(PROBLEMS)
 
 

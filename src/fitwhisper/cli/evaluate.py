@@ -41,6 +41,17 @@ class EvaluateCommand:
             "metavar": "OTHER_MODEL",
         },
     )
+    long_form: bool = field(
+        default=False,
+        metadata={
+            "help": "Score each row as one long recording (any length): transcribed as "
+            "`fitwhisper transcribe` does it (its 30 s windows, conditioned on the previous "
+            "text) and scored as one text against the row's transcript, or against its "
+            "segments (a `segments` column, an SRT/VTT file beside the recording), with the "
+            "mean distance of segment boundaries from the reference's where it has times. "
+            "Without it, rows with segments are scored window by window.",
+        },
+    )
     output_dir: str | None = field(
         default=None,
         metadata={
@@ -104,7 +115,29 @@ def run(args: argparse.Namespace) -> int:
 def _evaluate(cmd: EvaluateCommand, cfg: EvalConfig, data_cfg: DataConfig) -> int:
     from fitwhisper.evaluate import compare_manifest, evaluate_manifest
 
-    if cmd.compare:
+    if cmd.long_form and cmd.compare:
+        from fitwhisper.errors import ConfigError
+
+        raise ConfigError(
+            "--long_form does not take --compare yet",
+            hint="score each model with --long_form on its own, with the same options",
+        )
+    if cmd.long_form:
+        from fitwhisper.evaluate.long_form import evaluate_long_form
+        from fitwhisper.transcribe.run import recording_transcriber
+
+        def transcriber():
+            return recording_transcriber(
+                cmd.model, language=cfg.language, task=cfg.task, output_script=cfg.output_script
+            )
+
+        res = evaluate_long_form(cmd.model, cmd.manifest, transcriber, cfg, data_cfg)
+        print(res.format_summary())
+        if cmd.output_dir:
+            out = res.write(cmd.output_dir)
+            print(f"\nper recording: {out / 'predictions.jsonl'}  metrics: {out / 'metrics.json'}")
+        skipped = res.skipped
+    elif cmd.compare:
         cmp = compare_manifest(cmd.model, cmd.compare, cmd.manifest, cfg, data_cfg)
         print(cmp.format_table())
         if cmd.output_dir:

@@ -7,6 +7,12 @@
 - `check`: every row's audio and transcript checked before training (`check-data`)
 - `check_cache`: each clip's audio facts kept, so the check decodes a clip once per content
 - `usable`: the checked, usable rows of a manifest, the one way every command reads data
+- `segments`: timed segments of a long recording (a manifest's `segments`, offsets), and
+  their problems for the check
+- `subtitles`: SRT and WebVTT files read as segments; folders of subtitled recordings
+- `recordings`: long recordings cut into 30 s windows (the straddling rule), and a
+  window's labels: timestamps, previous text as `<|startofprev|>` context
+- `timestamp_tokens`: Whisper's `<|0.00|>` ... `<|30.00|>` in a tokenizer
 - `features`: log-mel features and labels made as batches are drawn, and the collator
 - `batching`: length-grouped order and batches trimmed to their longest clip
 - `training_data`: the training items and collator the speed options ask for, put together

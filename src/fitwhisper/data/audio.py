@@ -110,12 +110,54 @@ def load_audio_with_info(source: AudioSource) -> tuple[np.ndarray, AudioInfo]:
     """`load_audio` plus the clip's original sample rate, channels and duration."""
     data, sr = _decode(source)  # (frames, channels) float32
     info = AudioInfo(sample_rate_hz=sr, channels=data.shape[1], duration_s=data.shape[0] / sr)
+    return _as_whisper_input(data, sr), info
+
+
+def _as_whisper_input(data: np.ndarray, sr: int) -> np.ndarray:
+    """(frames, channels) at `sr` as mono 16 kHz float32."""
     mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
     if sr != SAMPLE_RATE and mono.size:
         import soxr
 
         mono = soxr.resample(mono, sr, SAMPLE_RATE)
-    return np.ascontiguousarray(mono, dtype=np.float32), info
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def load_span_with_info(
+    source: AudioSource, offset_s: float, duration_s: float | None
+) -> tuple[np.ndarray, AudioInfo]:
+    """`duration_s` seconds of a recording from `offset_s` (to its end when None), as
+    `load_audio` returns them, and the whole recording's info. soundfile seeks to the span
+    and reads it alone, so a window of an hour-long WAV or FLAC costs its 30 s; other
+    formats are decoded whole and cut. A span past the end comes back short (the data check
+    reports it)."""
+    if not isinstance(source, InMemoryAudio):
+        import soundfile as sf
+
+        path = _existing(source)
+        try:
+            with sf.SoundFile(str(path)) as f:
+                sr, total = f.samplerate, f.frames
+                start = min(max(0, round(offset_s * sr)), total)
+                frames = total - start if duration_s is None else round(duration_s * sr)
+                f.seek(start)
+                data = f.read(max(0, frames), dtype="float32", always_2d=True)
+            info = AudioInfo(sr, data.shape[1], total / sr)
+            return _as_whisper_input(data, sr), info
+        except (sf.LibsndfileError, RuntimeError):
+            pass  # not a format libsndfile reads: decoded whole below
+    samples, info = load_audio_with_info(source)
+    start = round(offset_s * SAMPLE_RATE)
+    end = None if duration_s is None else start + round(duration_s * SAMPLE_RATE)
+    return np.ascontiguousarray(samples[start:end]), info
+
+
+def load_row_audio(row) -> np.ndarray:
+    """A manifest row's audio: its span of the recording where it has an `offset_s`
+    (data/manifest.py Row), else the whole file."""
+    if row.offset_s is None:
+        return load_audio(row.audio)
+    return load_span_with_info(row.audio, row.offset_s, row.duration_s)[0]
 
 
 def probe_audio(source: AudioSource) -> AudioInfo:

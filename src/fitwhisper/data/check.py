@@ -13,17 +13,19 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from fitwhisper.config import DataConfig
-from fitwhisper.data.audio import AudioDecodeError, load_audio_with_info
+from fitwhisper.data.audio import AudioDecodeError, load_audio_with_info, load_span_with_info
 from fitwhisper.data.check_cache import FactsCache, audio_key
 from fitwhisper.data.manifest import BAD_ENCODING, MISSING_FIELD, UNPARSABLE_ROW, Manifest, Row
+from fitwhisper.data.segments import SEGMENT_PROBLEMS, TOLERANCE_S, segment_problems
 from fitwhisper.errors import ConfigError, DataError
 from fitwhisper.safe_text import json_text
+from fitwhisper.whisper_facts import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,9 @@ PROBLEMS: dict[str, str] = {
     "clipped_audio": f"over {CLIPPED_SHARE:.0%} of samples at full scale "
     f"(|x| >= {CLIPPED_LEVEL:g}); a warning, the row is still used",
     "too_short": "clip shorter than --min_audio_len",
-    "too_long": "clip longer than --max_audio_len",
+    "too_long": "clip longer than --max_audio_len (a row with segments is cut into windows)",
+    "span_past_end": "offset + duration past the end of the recording",
+    **SEGMENT_PROBLEMS,
     "empty_text": "empty transcript",
     "label_too_long": "transcript longer than --max_label_tokens tokens",
     "unknown_language": "a language Whisper has no token for",
@@ -57,7 +61,7 @@ PROBLEMS: dict[str, str] = {
     "duplicate_pair": "same audio and transcript as an earlier row",
 }
 # Problems worth knowing that leave a row fit for training: counted and listed, never skipped.
-WARNINGS = frozenset({"clipped_audio"})
+WARNINGS = frozenset({"clipped_audio", "segment_too_long"})
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,8 @@ def check_manifest(
 
     def inspect(row: Row) -> _AudioFacts:
         key = audio_key(row.audio)
+        if key is not None and row.offset_s is not None:  # a span's facts are its own
+            key += f"|{row.offset_s}|{row.duration_s}"
         if (known := cache.get(key)) is not None:
             return _AudioFacts(**{**known, "problem": _problem(known["problem"])})
         facts = _inspect_audio(row)
@@ -291,6 +297,7 @@ class _AudioFacts:
     digest: str | None = None
     nonfinite: int = 0  # NaN or Inf samples
     clipped_share: float = 0.0  # share of samples at full scale
+    span_past_end: str | None = None  # an offset/duration beyond the recording: how far
 
 
 def _inspect_audio(row: Row) -> _AudioFacts:
@@ -299,13 +306,24 @@ def _inspect_audio(row: Row) -> _AudioFacts:
         return _AudioFacts()
     if isinstance(row.audio, Path) and not row.audio.is_file():
         return _AudioFacts(Problem("missing_file", f"{row.audio} not found"))
+    past_end = None
     try:
-        samples, info = load_audio_with_info(row.audio)
+        if row.offset_s is None:
+            samples, info = load_audio_with_info(row.audio)
+        else:  # the row's span only: rows pointing into one recording differ by their span
+            samples, info = load_span_with_info(row.audio, row.offset_s, row.duration_s)
+            end = row.offset_s + (row.duration_s or 0.0)
+            if max(row.offset_s, end) > info.duration_s + TOLERANCE_S:
+                past_end = (
+                    f"offset {row.offset_s:g} s + duration {row.duration_s or 0:g} s > "
+                    f"the recording's {info.duration_s:.2f} s"
+                )
+            info = replace(info, duration_s=samples.size / SAMPLE_RATE)
     except AudioDecodeError as e:
         return _AudioFacts(Problem("undecodable_audio", e.message))
     except DataError as e:  # a path inside a dataset row that does not exist
         return _AudioFacts(Problem("missing_file", e.message))
-    return _facts(samples, info)
+    return _facts(samples, info, past_end)
 
 
 def row_problems(row: Row, samples, info, cfg: DataConfig, tokenizer) -> list[Problem]:
@@ -316,7 +334,7 @@ def row_problems(row: Row, samples, info, cfg: DataConfig, tokenizer) -> list[Pr
     return [p for p in result.problems if p.kind not in WARNINGS]
 
 
-def _facts(samples: np.ndarray, info) -> _AudioFacts:
+def _facts(samples: np.ndarray, info, past_end: str | None = None) -> _AudioFacts:
     """Numbers about a decoded clip: all the check keeps of it."""
     magnitude = np.abs(samples)
     finite = np.isfinite(magnitude)
@@ -329,6 +347,7 @@ def _facts(samples: np.ndarray, info) -> _AudioFacts:
         duration_s=info.duration_s,
         peak=float(magnitude.max()) if magnitude.size else 0.0,
         nonfinite=nonfinite,
+        span_past_end=past_end,
         clipped_share=(
             float(np.count_nonzero(magnitude >= CLIPPED_LEVEL)) / samples.size
             if samples.size
@@ -358,6 +377,8 @@ def _check_row(
         add(audio.problem)
     elif audio.duration_s is not None:
         d = audio.duration_s
+        if audio.span_past_end:
+            add(Problem("span_past_end", audio.span_past_end))
         if audio.digest is None:
             add(Problem("empty_audio", "0 samples"))
         elif audio.nonfinite:
@@ -374,9 +395,23 @@ def _check_row(
             )
         if audio.digest is not None and d < cfg.min_audio_len:
             add(Problem("too_short", f"{d:.2f} s < --min_audio_len {cfg.min_audio_len:g} s"))
-        if d > cfg.max_audio_len:
+        if d > cfg.max_audio_len and row.segments is None:
             add(Problem("too_long", f"{d:.2f} s > --max_audio_len {cfg.max_audio_len:g} s"))
-    if row.text is not None and not row.text.strip() and row.problem is None:
+    if row.segments is not None:
+        # Cut into windows before training (data/recordings.py): their segments are what
+        # must hold, the whole text's length in tokens is not.
+        for kind, detail in segment_problems(row.segments, audio.duration_s):
+            add(Problem(kind, detail))
+        if not row.segments:
+            add(Problem("empty_text", "the row's segments are an empty list"))
+        if tokenizer is not None and row.language:
+            from fitwhisper.data.features import prefix_ids
+
+            try:
+                prefix_ids(tokenizer, row.language, "transcribe")
+            except DataError as e:
+                add(Problem("unknown_language", e.message))
+    elif row.text is not None and not row.text.strip() and row.problem is None:
         add(Problem("empty_text", "the transcript is empty"))
     elif row.text and row.text.strip() and tokenizer is not None:
         _check_label(result, tokenizer, cfg)

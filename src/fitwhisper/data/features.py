@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import load_audio
+from fitwhisper.data.audio import load_row_audio
 from fitwhisper.data.manifest import Row
+from fitwhisper.data.recordings import chosen, window_labels
 from fitwhisper.errors import DataError
 from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE, WINDOW_SAMPLES
 
@@ -75,6 +76,12 @@ class SpeechDataset(Dataset):
         processor: a WhisperProcessor (feature extractor + tokenizer).
         language: the dataset's language for multilingual models; a row's own wins.
         task: "transcribe" or "translate".
+        timestamp_share: the share of windows cut from long recordings (rows with segments,
+            data/recordings.py) labelled with their segments' times; the others are plain
+            text after <|notimestamps|>. Training only; 0 for evaluation.
+        previous_text_share: the share of those windows that have previous text trained
+            with it as `<|startofprev|>` context (no loss on it). Training only.
+        seed: draws which windows (data/recordings.py `chosen`).
 
     Each item is `{"input_features": (80 or 128, 3000) float32, "labels": list[int]}`:
     the log-mel of the clip padded to 30 s (Whisper's encoder takes exactly 3000 frames).
@@ -89,6 +96,10 @@ class SpeechDataset(Dataset):
         task: str = "transcribe",
         augment=None,
         log_mel: str = "cpu",
+        *,
+        timestamp_share: float = 0.0,
+        previous_text_share: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.rows = list(rows)
         self.processor = processor
@@ -96,6 +107,9 @@ class SpeechDataset(Dataset):
         self.task = task
         self.augment = augment  # data/augment.py Augmenter: training only, never evaluation
         self.log_mel = log_mel  # where the log-mel is made: "cpu" here, "device" in training
+        self.timestamp_share = timestamp_share
+        self.previous_text_share = previous_text_share
+        self.seed = seed
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -103,11 +117,14 @@ class SpeechDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self.rows[i]
         rng = self.augment.for_clip(i) if self.augment is not None else None
-        return self.item(row, load_audio(row.audio), rng)
+        return self.item(row, load_row_audio(row), rng, i)
 
-    def item(self, row: Row, audio: np.ndarray, rng: np.random.Generator | None) -> dict:
+    def item(
+        self, row: Row, audio: np.ndarray, rng: np.random.Generator | None, i: int = 0
+    ) -> dict:
         """The training example of `row` from its decoded audio (`rng`: the clip's
-        augmentation draws, None without augmentation); streamed clips come here too."""
+        augmentation draws, None without augmentation; `i`: its position, which draws a
+        long recording's window's label mode); streamed clips come here too."""
         heard = len(audio)
         if self.augment is not None:
             # Never slower than keeps the clip within Whisper's 30 s window.
@@ -115,18 +132,29 @@ class SpeechDataset(Dataset):
         frames = math.ceil(len(audio) / HOP_LENGTH)
         masked = [(0, frames, rng)] if self.augment is not None else []
         inputs = clip_inputs(audio, self.processor, self.augment, masked, self.log_mel)
-        labels = label_ids(
-            self.processor.tokenizer, row.text or "", row.language or self.language, self.task
-        )
         item = {
             **inputs,
-            "labels": labels,
+            **self._labels(i, row),
             # The clip's own length in log-mel frames, for a short encoder window.
             "clip_frames": frames,
         }
         if len(audio) != heard:  # speed perturbation: the trimming collator keeps these
             item["augmented_frames"] = frames
         return item
+
+    def _labels(self, i: int, row: Row) -> dict[str, list[int]]:
+        """`labels` (and `decoder_input_ids` for a window trained with its previous text)."""
+        tok = self.processor.tokenizer
+        language = row.language or self.language
+        if row.segments is None and row.previous_text is None:
+            return {"labels": label_ids(tok, row.text or "", language, self.task)}
+        return window_labels(
+            tok,
+            row,
+            prefix_ids(tok, language, self.task),
+            timestamped=chosen(self.seed, i, "timestamps", self.timestamp_share),
+            with_previous=chosen(self.seed, i, "previous_text", self.previous_text_share),
+        )
 
 
 def clip_inputs(audio: np.ndarray, processor, augment, masked, log_mel: str) -> dict[str, Any]:
@@ -163,15 +191,48 @@ class WhisperCollator:
         if "input_audio" in features[0]:  # --log_mel device: the trainer makes the features
             from fitwhisper.data.log_mel import stack_audio, stack_masks
 
-            return {
+            audio = {
                 "input_audio": stack_audio([f["input_audio"] for f in features], WINDOW_SAMPLES),
                 "mel_masks": stack_masks([f["masks"] for f in features]),
-                "labels": self.labels(features),
             }
-        batch = self.processor.feature_extractor.pad(
-            [{"input_features": f["input_features"]} for f in features], return_tensors="pt"
-        )
-        return {"input_features": batch["input_features"], "labels": self.labels(features)}
+        else:
+            batch = self.processor.feature_extractor.pad(
+                [{"input_features": f["input_features"]} for f in features], return_tensors="pt"
+            )
+            audio = {"input_features": batch["input_features"]}
+        if any("decoder_input_ids" in f for f in features):
+            return {**audio, **self.with_context(features)}
+        return {**audio, "labels": self.labels(features)}
+
+    def with_context(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """`decoder_input_ids` and `labels` of a batch where some items train with previous
+        text before `<|startofprev|>` (data/recordings.py): the model cannot shift such
+        labels itself (their context is -100), so every item's decoder input is given, the
+        others' being their labels shifted right as the model would make it."""
+        pad = self.processor.tokenizer.pad_token_id
+        pad = self.processor.tokenizer.eos_token_id if pad is None else pad
+        inputs, targets = [], []
+        for f in features:
+            if "decoder_input_ids" in f:
+                inputs.append(f["decoder_input_ids"])
+                targets.append(f["labels"])
+                continue
+            labels = list(f["labels"])
+            if labels and labels[0] == self.decoder_start_token_id:
+                inputs.append(labels[:-1])
+                targets.append(labels[1:])
+            else:
+                inputs.append([self.decoder_start_token_id, *labels[:-1]])
+                targets.append(labels)
+
+        def padded(rows: list[list[int]], value: int) -> torch.Tensor:
+            return torch.nn.utils.rnn.pad_sequence(
+                [torch.as_tensor(r, dtype=torch.long) for r in rows],
+                batch_first=True,
+                padding_value=value,
+            )
+
+        return {"decoder_input_ids": padded(inputs, pad), "labels": padded(targets, -100)}
 
     def labels(self, features: list[dict[str, Any]]) -> torch.Tensor:
         """The batch's labels, `(batch, longest) int64`, padded with -100 (also used by the

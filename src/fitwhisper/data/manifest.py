@@ -5,6 +5,12 @@ Accepted: a JSON list `[{"audio_path": ..., "text": ...}]`, JSONL, CSV/TSV, a Hu
 `datasets` dataset written by `save_to_disk`. Relative audio paths resolve against the
 manifest's folder. Rows hold references to audio, never audio, so large manifests stay light.
 
+Long recordings: a row may point into one (`offset` and `duration`, NeMo's names, in
+seconds; `duration` alone is NeMo's length metadata and cuts nothing) or carry its timed
+`segments` (data/segments.py), and a folder of recordings with an .srt or .vtt file of the
+same name beside each is a manifest of such rows. `train` cuts them into 30 s windows
+(data/recordings.py).
+
 A row that cannot be read (bad JSON, a missing field, text that is not UTF-8) becomes a row
 with a `problem` for `check-data` to report; only a file that is not a manifest at all raises.
 """
@@ -24,6 +30,14 @@ from typing import Any, TypeVar
 
 from fitwhisper.config import AUDIO_COLUMNS, TEXT_COLUMNS
 from fitwhisper.data.audio import InMemoryAudio
+from fitwhisper.data.segments import (
+    SEGMENT_COLUMNS,
+    Segment,
+    SegmentsError,
+    joined_text,
+    parse_segments,
+    read_span,
+)
 from fitwhisper.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -37,7 +51,8 @@ BAD_ENCODING = "bad_encoding"
 
 _FORMATS_HINT = (
     "a manifest is a .json list, .jsonl (NeMo's too), .csv or .tsv file, an audiofolder (a "
-    "folder with metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk; "
+    "folder with metadata.csv or metadata.jsonl), a folder written by datasets' save_to_disk "
+    "or a folder of recordings with an .srt or .vtt file of the same name beside each; "
     "data may also be tar shards (DIR/*.tar, a folder made by `fitwhisper shard`) or a Hub "
     "dataset (hf://ORG/NAME:CONFIG@SPLIT, or a folder in the Hub's layout)"
 )
@@ -58,6 +73,16 @@ class Row:
         id: the manifest's id column, else the audio reference as written.
         problem: a parse problem (`unparsable_row`, `missing_field`, `bad_encoding`) or None.
         detail: what exactly, for the report.
+        offset_s: where the row's audio starts in a longer recording (NeMo's `offset`);
+            None: the whole file.
+        duration_s: how long the row's audio lasts from `offset_s` (NeMo's `duration`,
+            read only beside an offset); None: to the end of the file.
+        segments: timed segments of the row's audio (a `segments` column, or an SRT/VTT
+            file beside the recording), in seconds from its start (from `offset_s`);
+            None: the row is one clip with one transcript.
+        previous_text: the text before this row in the same recording (a window cut from a
+            long recording, data/recordings.py), for training with it as Whisper's
+            `<|startofprev|>` context; None where there is none.
     """
 
     index: int
@@ -68,6 +93,10 @@ class Row:
     id: str = ""
     problem: str | None = None
     detail: str | None = None
+    offset_s: float | None = None
+    duration_s: float | None = None
+    segments: tuple[Segment, ...] | None = None
+    previous_text: str | None = None
 
 
 @dataclass
@@ -75,7 +104,7 @@ class Manifest:
     """A loaded manifest: its rows and how they were read."""
 
     path: Path
-    format: str  # json | jsonl | csv | tsv | audiofolder | datasets
+    format: str  # json | jsonl | csv | tsv | audiofolder | datasets | subtitled
     rows: list[Row]
     audio_column: str
     text_column: str
@@ -86,7 +115,10 @@ class Manifest:
         return len(self.rows)
 
     def where(self, row: Row) -> str:
-        """`train.jsonl:17`, the way error messages and reports name a row."""
+        """`train.jsonl:17`, the way error messages and reports name a row (a subtitled
+        recording: `talk.wav`, whose .srt or .vtt lies beside it)."""
+        if self.format == "subtitled":
+            return row.id
         return f"{self.path.name}:{row.line}"
 
 
@@ -343,9 +375,36 @@ def _load_folder(
                 text_column,
                 language_column,
             )
+    subtitled = _load_subtitled(folder)
+    if subtitled is not None:
+        return subtitled
     raise DataError(
-        f"{folder} is a folder without metadata.csv or metadata.jsonl", hint=_FORMATS_HINT
+        f"{folder} is a folder without metadata.csv or metadata.jsonl, and without "
+        "recordings with an .srt or .vtt file of the same name beside them",
+        hint=_FORMATS_HINT,
     )
+
+
+def _load_subtitled(folder: Path) -> Manifest | None:
+    """A folder of recordings, each with its subtitles beside it (`talk.wav` + `talk.srt`
+    or `talk.vtt`): one row per recording, its segments from the subtitle file. None when
+    the folder holds no such pair. A subtitle file that cannot be read makes its row
+    unparsable (reported by the data check), not the folder."""
+    from fitwhisper.data.subtitles import SubtitleError, read_subtitles, subtitled_recordings
+
+    pairs = subtitled_recordings(folder)
+    if not pairs:
+        return None
+    rows = []
+    for i, (audio, subs) in enumerate(pairs):
+        rid = str(audio.relative_to(folder))
+        try:
+            segments = read_subtitles(subs)
+        except SubtitleError as e:
+            rows.append(Row(i, i + 1, audio, None, None, rid, UNPARSABLE_ROW, str(e)))
+            continue
+        rows.append(Row(i, i + 1, audio, joined_text(segments), None, rid, segments=segments))
+    return Manifest(folder, "subtitled", rows, "audio", "subtitles", None, ["audio", "subtitles"])
 
 
 def _load_saved_dataset(
@@ -474,6 +533,7 @@ class RowMaker:
     lang_col: str | None
     id_col: str | None
     columns: list[str]
+    seg_col: str | None = None  # timed segments of a long recording (data/segments.py)
 
     @classmethod
     def for_records(
@@ -499,21 +559,50 @@ class RowMaker:
             raise DataError(
                 f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
             )
+        seg_col = next((c for c in SEGMENT_COLUMNS if c in columns), None)
+        # Rows with segments need no transcript column: their text is their segments'.
+        needs_text = text_column or seg_col is None or any(c in columns for c in TEXT_COLUMNS)
         return cls(
             base,
             _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path),
-            _pick(columns, text_column, TEXT_COLUMNS, "text", path),
+            _pick(columns, text_column, TEXT_COLUMNS, "text", path) if needs_text else "",
             language_column if language_column in columns else None,
             next((c for c in ID_COLUMNS if c in columns), None),
             columns,
+            seg_col,
         )
 
     def row(self, index: int, line: int, obj: dict | None, parse_error: str | None) -> Row:
         if obj is None:
             return Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error)
-        return _row(
+        row = _row(
             obj, index, line, self.base, self.audio_col, self.text_col, self.lang_col, self.id_col
         )
+        return _with_span(row, obj, self.seg_col)
+
+
+def _with_span(row: Row, obj: dict, seg_col: str | None) -> Row:
+    """The row with its offset, duration and segments, where the manifest gives them."""
+    try:
+        row.offset_s, row.duration_s = read_span(obj)
+    except SegmentsError as e:
+        if row.problem is None:
+            row.problem, row.detail = UNPARSABLE_ROW, str(e)
+    raw = obj.get(seg_col) if seg_col else None
+    if raw is None or raw == "":
+        return row
+    try:
+        row.segments = parse_segments(raw)
+    except SegmentsError as e:
+        if row.problem is None or row.problem == MISSING_FIELD:
+            row.problem, row.detail = UNPARSABLE_ROW, f"'{seg_col}': {e}"
+        return row
+    # No transcript of its own (or an empty one): the segments' text is the row's.
+    blank = row.text is None or not row.text.strip()
+    if blank and row.problem in (None, MISSING_FIELD) and row.audio is not None:
+        row.text = joined_text(row.segments)
+        row.problem = row.detail = None
+    return row
 
 
 def _pick(
@@ -553,7 +642,8 @@ def _row(obj: dict, index, line, base, audio_col, text_col, lang_col, id_col) ->
         audio = _resolve(_repair(raw_audio.strip()), base)
     elif audio is None:
         problem, detail = MISSING_FIELD, f"no audio path in '{audio_col}'"
-    text, problem, detail = _text(obj.get(text_col, _ABSENT), problem, detail, text_col)
+    text_value = obj.get(text_col, _ABSENT) if text_col else _ABSENT
+    text, problem, detail = _text(text_value, problem, detail, text_col or "text")
     raw_id = obj.get(id_col) if id_col else None
     if raw_id is None:
         raw_id = raw_audio if isinstance(raw_audio, str) else line

@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import load_audio
+from fitwhisper.data.audio import load_row_audio
 from fitwhisper.data.features import clip_inputs, prefix_ids
 from fitwhisper.data.manifest import Row
+from fitwhisper.data.segments import needs_space as _needs_space
+from fitwhisper.data.timestamp_tokens import has_timestamp_tokens, timestamp_id
 from fitwhisper.errors import DataError
 from fitwhisper.whisper_facts import (
     HOP_LENGTH,
@@ -145,17 +147,6 @@ def _spread(i: int, share: float) -> bool:
     return int((i + 1) * share) > int(i * share)
 
 
-def timestamp_id(tokenizer, seconds: float) -> int:
-    """The id of the timestamp token nearest `seconds` (`<|0.00|>` + seconds / 0.02)."""
-    return _first_timestamp_id(tokenizer) + round(seconds / TIMESTAMP_SECONDS)
-
-
-def has_timestamp_tokens(tokenizer) -> bool:
-    """Whether the vocabulary has `<|0.00|>` ... `<|30.00|>` (old tokenizer files may lack them)."""
-    first = tokenizer.convert_tokens_to_ids("<|0.00|>")
-    return first is not None and first != tokenizer.unk_token_id
-
-
 class PackedDataset(Dataset):
     """Windows of packed clips as training examples, made when asked for (like SpeechDataset).
 
@@ -251,7 +242,7 @@ class PackedDataset(Dataset):
         """The window's clips, each augmented with its own generator (clip = row index), and
         those generators (None without augmentation). Slowed clips that would push the
         window past 30 s are played at 1.0 or faster instead, so the window holds them all."""
-        clips = [load_audio(self.rows[r].audio) for r in window.rows]
+        clips = [load_row_audio(self.rows[r]) for r in window.rows]
         if self.augment is None:
             return clips, [None] * len(clips)
         rngs = [self.augment.for_clip(r) for r in window.rows]
@@ -277,18 +268,9 @@ def describe(windows: Sequence[Window], n_rows: int) -> str:
     )
 
 
-def _needs_space(before: str, after: str) -> bool:
-    """Plain-text joins: a space between words of spaced scripts, none between CJK clips."""
-    return bool(before) and bool(after) and before[-1].isascii() and after[0].isascii()
-
-
 def _aligned_s(duration_s: float) -> float:
     samples = round(duration_s * SAMPLE_RATE)
     return (samples + (-samples % _STEP)) / SAMPLE_RATE
-
-
-def _first_timestamp_id(tokenizer) -> int:
-    return tokenizer.convert_tokens_to_ids("<|0.00|>")
 
 
 def _no_timestamps_id(tokenizer) -> int:

@@ -2,18 +2,23 @@
 
 `train` (training and held-out rows), `evaluate`, the forgetting guard, rehearsal and the
 export re-check all take their rows from `usable_rows`: load the manifest, check every row
-(data/check.py), apply `--bad_rows` and `--max_*_samples`, and say what was left out.
+(data/check.py), apply `--bad_rows` and `--max_*_samples`, cut long recordings with timed
+segments into windows of up to 30 s (data/recordings.py), and say what was left out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fitwhisper.config import DataConfig
 from fitwhisper.data.check import CheckReport, apply_bad_row_policy, check_manifest
 from fitwhisper.data.manifest import Row, load_manifest, select
+from fitwhisper.data.recordings import CutReport, cut_recordings
 from fitwhisper.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -22,12 +27,15 @@ class UsableRows:
 
     ``durations`` are the seconds the check measured, one per row of ``rows``; ``skipped``
     names each row left out by ``--bad_rows skip`` as ``file:line problem (detail)``.
+    A long recording with segments is in ``rows`` as its windows; ``cut`` says what
+    cutting made and left out.
     """
 
     rows: list[Row]
     skipped: tuple[str, ...]
     report: CheckReport
     durations: list[float]
+    cut: CutReport = field(default_factory=CutReport)
 
     def summary(self, path: str | Path, sha256: str | None) -> dict:
         """What data_report.json records for one manifest."""
@@ -38,6 +46,7 @@ class UsableRows:
             "usable": len(self.report.usable_rows()),
             "used": len(self.rows),
             "problems": self.report.counts(),
+            **({"long_recordings": self.cut.summary()} if self.cut.recordings else {}),
         }
 
 
@@ -49,6 +58,7 @@ def usable_rows(
     limit: int | None = None,
     purpose: str = "training",
     report_path: str | Path | None = None,
+    cut: bool = True,
 ) -> UsableRows:
     """The rows of `manifest_path` that pass the data check, by `data_cfg.bad_rows`.
 
@@ -58,6 +68,8 @@ def usable_rows(
         limit: keep only the first N usable rows.
         purpose: "training" or "scoring", for the error message.
         report_path: write the per-row report here (.csv or .jsonl) before deciding.
+        cut: cut rows with segments into windows; False keeps each recording whole
+            (`evaluate --long_form`).
 
     Raises:
         DataError: bad rows with `bad_rows="error"`, or no usable row at all.
@@ -75,4 +87,12 @@ def usable_rows(
         f"{r.where} {'; '.join(f'{p.kind} ({p.detail})' for p in r.problems)}"
         for r in report.bad_rows()
     )
-    return UsableRows(rows, skipped, report, [measured.get(r.index) or 0.0 for r in rows])
+    durations = [measured.get(r.index) or 0.0 for r in rows]
+    if not cut:
+        return UsableRows(rows, skipped, report, durations)
+    rows, durations, made = cut_recordings(
+        rows, durations, tokenizer, max_label_tokens=cfg.max_label_tokens, where=manifest.where
+    )
+    if made.recordings:
+        log.info("%s: %s", manifest.path, made.describe())
+    return UsableRows(rows, skipped, report, durations, made)

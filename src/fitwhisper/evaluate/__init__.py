@@ -11,6 +11,8 @@ wherever it is computed. Never teacher-forced.
 - `plan`: what a scoring decided (language, metric, encoder window, dtype) and why:
   OUT/eval_plan.json
 - `results`: `EvalResult` and `Comparison`, and the files and tables they write
+- `long_form`: `evaluate --long_form`: long recordings transcribed as `transcribe` does
+  it, scored as one text each, with the mean segment boundary error
 
 `fitwhisper evaluate MODEL MANIFEST [--compare OTHER]` runs them; options are `EvalConfig`.
 """

@@ -46,6 +46,8 @@ class EvalResult:
     audio: tuple[str | None, ...] = ()
     hit_limit: tuple[bool, ...] = ()
     plan: EvalPlan | None = None  # what was decided for this scoring, and why
+    # `evaluate --long_form` (evaluate/long_form.py): boundary error and how it was found.
+    long_form: dict | None = None
 
     def utterances(self) -> list[dict]:
         """One record per clip: texts as written and as scored, and the edit errors."""
@@ -91,6 +93,7 @@ class EvalResult:
             "skipped_rows": len(self.skipped),
             "skipped": list(self.skipped),
             "output_script": self.output_script or "none",
+            **({"long_form": self.long_form} if self.long_form else {}),
             **self.extra_figures(),
         }
 
@@ -158,6 +161,17 @@ class EvalResult:
             f"({s.errors} errors in {s.ref_units} reference {UNITS[s.metric]})",
         ]
         lines += _extra_lines(self.extra_figures(), self.output_script)
+        if self.long_form:
+            error = self.long_form["mean_boundary_error_s"]
+            lines.append(
+                f"{'boundary error':<15} "
+                + (
+                    f"{error:6.2f} s  (mean over {self.long_form['boundaries']} segment "
+                    "boundaries of the references)"
+                    if error is not None
+                    else "  n/a   (no reference has times)"
+                )
+            )
         return "\n".join(lines)
 
 

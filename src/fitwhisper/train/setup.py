@@ -109,6 +109,7 @@ def datasets(
     from fitwhisper.codeswitch import dataset_language
     from fitwhisper.data import augment
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
+    from fitwhisper.data.recordings import label_shares
     from fitwhisper.data.training_data import training_data
     from fitwhisper.train import ranks
     from fitwhisper.train.guard import tagged
@@ -136,6 +137,7 @@ def datasets(
             augmenter,
             rows.n_train,
         )
+    timestamp_share, previous_text_share = label_shares(train_cfg, processor.tokenizer, rows.train)
     train_ds = SpeechDataset(
         rows.train,
         processor,
@@ -143,6 +145,9 @@ def datasets(
         task=model_cfg.task,
         augment=augmenter,
         log_mel=log_mel,
+        timestamp_share=timestamp_share,
+        previous_text_share=previous_text_share,
+        seed=train_cfg.seed,
     )
     # Held-out clips (eval_ds above) are scored as they are: their dataset has no augmenter.
     # The encoder cache is built once, by the main process; the others then find it made.

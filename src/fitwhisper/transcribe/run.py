@@ -22,6 +22,8 @@ from fitwhisper.transcribe.options import TranscribeOptions
 from fitwhisper.transcribe.repeats import MAX_REPEATS, drop_repeats
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from fitwhisper.models.resolve import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -242,6 +244,25 @@ def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: s
     engine = make_engine(resolve_model(model_spec), opts, choice)
     audio = load_audio(audio_path)
     return engine.transcribe([str(audio_path)], [audio])[0].text
+
+
+def recording_transcriber(
+    model_spec, *, language: str | None, task: str, output_script: str | None
+) -> Callable[[str, np.ndarray], Transcript]:
+    """A function transcribing one recording of any length as `fitwhisper transcribe` does
+    by default (the transformers engine, the model as trained, its long-form windows and
+    conditioning), loops dropped and the script converted: `evaluate --long_form`'s."""
+    from fitwhisper.models.resolve import as_resolved
+
+    model = as_resolved(model_spec)
+    opts = TranscribeOptions(language=language, task=task)
+    engine = make_engine(model, opts, choose_engine("transformers", model, resolve_device("auto")))
+
+    def transcribe(name: str, audio: np.ndarray) -> Transcript:
+        (t,) = engine.transcribe([name], [audio])
+        return convert_script(without_loops(t), output_script)
+
+    return transcribe
 
 
 # --- helpers ------------------------------------------------------------------------------
