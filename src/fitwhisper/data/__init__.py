@@ -14,6 +14,8 @@
   window's labels: timestamps, previous text as `<|startofprev|>` context
 - `timestamp_tokens`: Whisper's `<|0.00|>` ... `<|30.00|>` in a tokenizer
 - `features`: log-mel features and labels made as batches are drawn, and the collator
+- `log_mel`: the whole batch's log-mel made on the training device (`--log_mel device`),
+  equal to the feature extractor's
 - `batching`: length-grouped order and batches trimmed to their longest clip
 - `training_data`: the training items and collator the speed options ask for, put together
 - `packing`: several short clips in one 30 s window (`--pack_clips`)

@@ -4,12 +4,16 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 
 - `run`: `train()`, the run as numbered steps, and `TrainResult`
 - `run_plan`: every "auto" of a run answered once, with its reason (RUN/run_plan.json)
+- `input_plan`: the data loader's workers, pinning, prefetching and where the log-mel is
+  made, from the cores, the processes and the measured cost of a clip
 - `validation`: every option problem, raised at once before anything loads
 - `setup`: processor, model, datasets and Trainer for a run
 - `streamed`: training on streamed data: steps, dataset, data loader, position in checkpoints
 - `trainer`: Seq2SeqTrainingArguments, the Trainer class, callbacks, the logged plan
 - `console`: the console line per log (step, loss, clips/s, time left, memory against the
   plan), a progress bar on a terminal, in place of Trainer's printed dictionaries
+- `data_wait`: the share of training time spent waiting for data, in each log; a GPU run
+  that keeps waiting told once, with the fix
 - `guard`: a NaN or Inf loss or gradient stops (or skips) the step, naming its clips;
   non-finite weights are never saved
 - `method_loading`: how full fine-tuning, LoRA and LoRA on an 8-bit or 4-bit base load and
