@@ -208,22 +208,24 @@ def test_the_marker_is_written_only_into_a_new_or_empty_folder(tmp_path: Path) -
     assert not new.exists()
 
 
+RUN = "model: {}\nversions:\n  fitwhisper: 0.1.0\n"  # a run record, as train writes it
+EXPORT = '{"format": "onnx", "source": "runs/a"}'
+FORMATS = {"ct2/fitwhisper_export.json": EXPORT, "onnx/fitwhisper_export.json": EXPORT}
+
+
 @pytest.mark.parametrize(
     "files, made_by",
     [
-        ({"fitwhisper.yaml": "", "final/config.json": "{}"}, "train"),
-        ({"fitwhisper_export.json": "{}", "model.bin": ""}, "export"),
+        ({"fitwhisper.yaml": RUN, "final/config.json": "{}"}, "train"),
+        ({"fitwhisper_export.json": EXPORT, "model.bin": ""}, "export"),
         ({"study.db": "", "trials.md": ""}, "tune"),
-        (
-            {
-                "ct2/fitwhisper_export.json": "{}",
-                "onnx/fitwhisper_export.json": "{}",
-                "README.md": "",
-            },
-            "export",
-        ),  # fmt: skip
+        ({**FORMATS, "README.md": ""}, "export"),
         ({"config.json": "{}", "model.safetensors": ""}, None),  # a merge of an older version
-        ({"ct2/fitwhisper_export.json": "{}", "notes.txt": ""}, None),
+        ({**FORMATS, "notes.txt": ""}, None),
+        # A user's own files of the same names: options, not a run; not an export's record.
+        ({"fitwhisper.yaml": "learning_rate: 1.0e-5\n", "notes.txt": ""}, None),
+        ({"fitwhisper_export.json": "{}", "notes.txt": ""}, None),
+        ({"study.db": "", "notes.txt": ""}, None),
     ],
 )
 def test_folders_of_older_versions_are_known_by_their_records(
