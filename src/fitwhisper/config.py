@@ -21,6 +21,21 @@ WHISPER_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"
 LORA_TARGETS_DEFAULT = WHISPER_LINEAR_MODULES
 
 
+# Manifest columns tried in order when none is named (data/manifest.py reads by them).
+# NeMo manifests name the audio audio_filepath; WebDataset shards name files by extension.
+AUDIO_COLUMNS = (
+    "audio_path",
+    "audio",
+    "audio_filepath",
+    "file_name",
+    "path",
+    "file",
+    "wav",
+    "flac",
+)
+TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text", "txt")
+
+
 @dataclass
 class DataConfig:
     """Where the audio and transcripts are, and which rows are fit to train on."""
@@ -29,14 +44,22 @@ class DataConfig:
         default=None,
         metadata={
             "help": "Manifest column holding the audio path. Default: the first of "
-            "audio_path, audio, file_name, path, file, wav that exists."
+            f"{', '.join(AUDIO_COLUMNS)} that exists."
         },
     )
     text_column: str | None = field(
         default=None,
         metadata={
             "help": "Manifest column holding the transcript. Default: the first of "
-            "text, transcript, transcription, sentence, normalized_text that exists."
+            f"{', '.join(TEXT_COLUMNS)} that exists."
+        },
+    )
+    audio_dir: str | None = field(
+        default=None,
+        metadata={
+            "path": "folder",
+            "help": "Folder that relative audio paths resolve against. Default: the "
+            "manifest's own folder (Common Voice: its clips/ folder, beside train.tsv).",
         },
     )
     language_column: str = field(
@@ -113,6 +136,7 @@ class DataConfig:
             "audio_column": self.audio_column,
             "text_column": self.text_column,
             "language_column": self.language_column,
+            "audio_dir": self.audio_dir,
         }
 
 
@@ -247,15 +271,28 @@ class TrainConfig:
         default=None,
         metadata={
             "path": "any",
-            "help": "Training manifest (JSON, JSONL, CSV/TSV, audiofolder).",
+            "help": "Training data: a manifest (JSON, JSONL incl. NeMo's, CSV/TSV, "
+            "audiofolder, save_to_disk), tar shards (a .tar, glob, shards-{000..099}.tar, "
+            "pipe:CMD, URL) or a folder made by `fitwhisper shard`, or a Hub dataset "
+            "(hf://ORG/NAME:CONFIG@SPLIT, or a local folder in the Hub's layout).",
             "aliases": ["--train_file"],
+        },
+    )
+    streaming: Literal["auto", "on", "off"] = field(
+        default="auto",
+        metadata={
+            "help": "Read the training data as it is trained on, shard by shard (checked on "
+            "the fly, bad clips skipped and counted; resumes mid-stream): auto does for tar "
+            "shards, shard folders and Hub datasets, and reads a manifest whole. off reads a "
+            "shard folder's index whole (every batching option then works)."
         },
     )
     eval_manifest: str | None = field(
         default=None,
         metadata={
             "path": "any",
-            "help": "Held-out manifest scored by generation (WER/CER).",
+            "help": "Held-out data scored by generation (WER/CER): any form --train_manifest "
+            "takes, read whole.",
             "aliases": ["--validation_file"],
         },
     )

@@ -136,6 +136,7 @@ WORK = [
     ("fitwhisper.memory.presets", "presets_markdown"),
     ("fitwhisper.demo.run", "run_demo"),
     ("fitwhisper.report", "write_report"),
+    ("fitwhisper.data.sources.write", "write_shards"),
 ]
 
 
@@ -154,6 +155,9 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
         w.setframerate(16000)
         w.writeframes(b"\0\0" * 16000)
     (root / "train.jsonl").write_text('{"audio": "clip.wav", "text": "hello"}\n')
+    # A data folder (audiofolder): a source that is a folder, for `shard`.
+    (root / "corpus").mkdir()
+    (root / "corpus" / "metadata.jsonl").write_text('{"file_name": "../clip.wav", "text": "hi"}\n')
     (root / "list.txt").write_text(f"{root / 'clip.wav'}\n")
     (root / "plan.json").write_text("{}")
     (root / "README.md").write_text("# readme\n")
@@ -166,6 +170,7 @@ def _base(name: str, i: dict[str, Path]) -> dict[str, str | list[str]]:
     model, manifest, out = str(i["model"]), str(i["train.jsonl"]), i["out"]
     return {
         "check-data": {"manifest": manifest},
+        "shard": {"source": str(i["corpus"]), "out": str(out / "shards")},
         "import-ct2": {"src": str(i["ct2"]), "out": str(out / "ct2")},
         "models": {},
         "demo": {"output_dir": str(out / "demo")},

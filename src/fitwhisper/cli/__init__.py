@@ -8,7 +8,7 @@ and `run(args)`, which builds the typed options, runs the library and returns th
 
 - `flags`: dataclass fields to flags, `--config` YAML files, flags back to dataclasses
 - `common_options`: the output options every command takes (`-v`, `-q`, `--debug`)
-- one module per command: check_data, import_ct2, models, demo, train, tune, evaluate,
+- one module per command: check_data, shard, import_ct2, models, demo, train, tune, evaluate,
   transcribe, merge, export, plan, doctor, report
 
 Building the parser imports no heavy library (torch, transformers): `--help` and bad flags
@@ -34,6 +34,7 @@ from fitwhisper.cli import (
     models,
     plan,
     report,
+    shard,
     train,
     transcribe,
     tune,
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 COMMANDS = [
     check_data,
+    shard,
     import_ct2,
     models,
     demo,

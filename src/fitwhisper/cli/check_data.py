@@ -51,6 +51,7 @@ class CheckDataOptions:
 DATA_FIELDS = (
     "audio_column",
     "text_column",
+    "audio_dir",
     "language_column",
     "min_audio_len",
     "max_audio_len",

@@ -54,7 +54,14 @@ class EvaluateCommand:
 
 
 # Manifest columns and the bad-row policy are DataConfig's, as `train` and `check-data` show.
-DATA_FIELDS = ("audio_column", "text_column", "language_column", "language_token", "bad_rows")
+DATA_FIELDS = (
+    "audio_column",
+    "text_column",
+    "audio_dir",
+    "language_column",
+    "language_token",
+    "bad_rows",
+)
 OPTIONS = (
     Options(EvaluateCommand),
     Options(EvalConfig, "scoring"),

@@ -1,8 +1,11 @@
 """From manifests to model inputs: rows, audio, the data check, batches, features.
 
 - `manifest`: JSON, JSONL, CSV/TSV, audiofolder and `save_to_disk` manifests to `Row`s
+- `sources`: tar shards, shard folders (`fitwhisper shard`) and Hub datasets as rows or units
+- `stream`: training clips streamed shard by shard, dealt to processes and workers, resumable
 - `audio`: any audio file to 16 kHz mono float32 (soundfile, PyAV, soxr)
 - `check`: every row's audio and transcript checked before training (`check-data`)
+- `check_cache`: each clip's audio facts kept, so the check decodes a clip once per content
 - `usable`: the checked, usable rows of a manifest, the one way every command reads data
 - `features`: log-mel features and labels made as batches are drawn, and the collator
 - `batching`: length-grouped order and batches trimmed to their longest clip

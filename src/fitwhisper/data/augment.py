@@ -172,9 +172,10 @@ class Augmenter:
     seed: int
     epoch: int = 0
 
-    def for_clip(self, index: int) -> np.random.Generator:
-        """The generator of clip `index` (its position among the training rows) this epoch."""
-        return np.random.default_rng([self.seed, self.epoch, index])
+    def for_clip(self, index: int, epoch: int | None = None) -> np.random.Generator:
+        """The generator of clip `index` (its position among the training rows) this epoch
+        (a streamed clip: its position in its source, and the stream's own epoch)."""
+        return np.random.default_rng([self.seed, self.epoch if epoch is None else epoch, index])
 
     def waveform(
         self, audio: np.ndarray, rng: np.random.Generator, *, min_speed: float = 0.0

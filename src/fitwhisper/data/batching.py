@@ -27,6 +27,8 @@ from torch.utils.data import Dataset, Sampler
 from fitwhisper.models.short_window import short_frames
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND
 
+ITEMS_KEY = "fitwhisper_items"  # batch entry: the positions of the batch's items (guard, stream)
+
 
 def sampler_lengths(lengths_s: Sequence[float]) -> list[int]:
     """Durations in 10 ms frames, as LengthGroupedSampler sorts integers (1.09 s: 109)."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from fitwhisper.config import DataConfig
 from fitwhisper.data.audio import AudioDecodeError, load_audio_with_info
+from fitwhisper.data.check_cache import FactsCache, audio_key
 from fitwhisper.data.manifest import BAD_ENCODING, MISSING_FIELD, UNPARSABLE_ROW, Manifest, Row
 from fitwhisper.errors import ConfigError, DataError
 from fitwhisper.safe_text import json_text
@@ -194,9 +195,19 @@ def check_manifest(
         from tqdm import tqdm
 
         bar = tqdm(total=len(manifest.rows), desc="checking data", unit="row")
+    cache = FactsCache.for_source(manifest.path)
+
+    def inspect(row: Row) -> _AudioFacts:
+        key = audio_key(row.audio)
+        if (known := cache.get(key)) is not None:
+            return _AudioFacts(**{**known, "problem": _problem(known["problem"])})
+        facts = _inspect_audio(row)
+        cache.put(key, facts)
+        return facts
+
     with ThreadPoolExecutor(_DECODE_THREADS) as pool:
         for chunk in _chunks(manifest.rows, _CHUNK_ROWS):
-            for row, audio in zip(chunk, pool.map(_inspect_audio, chunk), strict=True):
+            for row, audio in zip(chunk, pool.map(inspect, chunk), strict=True):
                 result = RowResult(row, manifest.where(row))
                 _check_row(result, audio, data_cfg, tokenizer, seen_audio)
                 results.append(result)
@@ -204,7 +215,18 @@ def check_manifest(
                 bar.update(len(chunk))
     if bar is not None:
         bar.close()
+    cache.save()
+    if cache.hits:
+        log.info(
+            "data check: %s of %s clips known from an earlier check (not decoded again)",
+            f"{cache.hits:,}",
+            f"{len(manifest.rows):,}",
+        )
     return CheckReport(manifest, results, data_cfg, labels_checked=tokenizer is not None)
+
+
+def _problem(kept: dict | None) -> Problem | None:
+    return None if kept is None else Problem(**kept)
 
 
 def apply_bad_row_policy(
@@ -283,6 +305,19 @@ def _inspect_audio(row: Row) -> _AudioFacts:
         return _AudioFacts(Problem("undecodable_audio", e.message))
     except DataError as e:  # a path inside a dataset row that does not exist
         return _AudioFacts(Problem("missing_file", e.message))
+    return _facts(samples, info)
+
+
+def row_problems(row: Row, samples, info, cfg: DataConfig, tokenizer) -> list[Problem]:
+    """The problems (warnings left out) of one row whose audio is decoded: the checks of
+    `check_manifest` but duplicates, for rows checked as they are trained on (streams)."""
+    result = RowResult(row, row.id)
+    _check_row(result, _facts(samples, info), cfg, tokenizer, {})
+    return [p for p in result.problems if p.kind not in WARNINGS]
+
+
+def _facts(samples: np.ndarray, info) -> _AudioFacts:
+    """Numbers about a decoded clip: all the check keeps of it."""
     magnitude = np.abs(samples)
     finite = np.isfinite(magnitude)
     nonfinite = int(samples.size - np.count_nonzero(finite))

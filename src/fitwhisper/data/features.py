@@ -99,10 +99,14 @@ class SpeechDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self.rows[i]
-        audio = load_audio(row.audio)
+        rng = self.augment.for_clip(i) if self.augment is not None else None
+        return self.item(row, load_audio(row.audio), rng)
+
+    def item(self, row: Row, audio: np.ndarray, rng: np.random.Generator | None) -> dict:
+        """The training example of `row` from its decoded audio (`rng`: the clip's
+        augmentation draws, None without augmentation); streamed clips come here too."""
         heard = len(audio)
         if self.augment is not None:
-            rng = self.augment.for_clip(i)
             # Never slower than keeps the clip within Whisper's 30 s window.
             audio = self.augment.waveform(audio, rng, min_speed=len(audio) / WINDOW_SAMPLES)
         fe = self.processor.feature_extractor

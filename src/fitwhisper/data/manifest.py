@@ -22,14 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fitwhisper.config import AUDIO_COLUMNS, TEXT_COLUMNS
 from fitwhisper.data.audio import InMemoryAudio
 from fitwhisper.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# Tried in order when no column is named (DataConfig help lists the same names).
-AUDIO_COLUMNS = ("audio_path", "audio", "file_name", "path", "file", "wav")
-TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_text")
 ID_COLUMNS = ("id", "utt_id", "key")
 
 # Row-level parse problems; `check` adds the audio and text ones.
@@ -38,8 +36,10 @@ MISSING_FIELD = "missing_field"
 BAD_ENCODING = "bad_encoding"
 
 _FORMATS_HINT = (
-    "a manifest is a .json list, .jsonl, .csv or .tsv file, an audiofolder (a folder with "
-    "metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk"
+    "a manifest is a .json list, .jsonl (NeMo's too), .csv or .tsv file, an audiofolder (a "
+    "folder with metadata.csv or metadata.jsonl) or a folder written by datasets' save_to_disk; "
+    "data may also be tar shards (DIR/*.tar, a folder made by `fitwhisper shard`) or a Hub "
+    "dataset (hf://ORG/NAME:CONFIG@SPLIT, or a folder in the Hub's layout)"
 )
 
 
@@ -95,6 +95,7 @@ def load_manifest(
     audio_column: str | None = None,
     text_column: str | None = None,
     language_column: str | None = "language",
+    audio_dir: str | os.PathLike | None = None,
 ) -> Manifest:
     """Read a manifest's rows (no audio is read).
 
@@ -103,11 +104,27 @@ def load_manifest(
         audio_column: column with the audio; None picks the first of `AUDIO_COLUMNS` present.
         text_column: column with the transcript; None picks the first of `TEXT_COLUMNS`.
         language_column: optional per-row language column; ignored when absent.
+        audio_dir: the folder relative audio paths resolve against (None: the manifest's).
 
     Raises:
         DataError: no such file, not a manifest, no rows, or the named columns are absent.
     """
-    p = Path(path).expanduser()
+    from fitwhisper.data.sources.spec import parse_source
+
+    spec = parse_source(path)
+    if spec.weight is not None:
+        raise DataError(
+            f"{spec.text}: a weight (:{spec.weight:g}) mixes several sources in one run, "
+            "which fitwhisper does not do yet",
+            hint=f"pass {spec.name} without the weight",
+        )
+    if spec.kind != "manifest":
+        from fitwhisper.data.sources.records import source_records
+
+        fmt, base, records = source_records(spec)
+        where, base = Path(spec.location).expanduser(), _base(audio_dir, base)
+        return _build(where, fmt, records, base, audio_column, text_column, language_column)
+    p = Path(spec.location).expanduser()
     if not p.exists():
         raise DataError(f"manifest {p} not found", hint=_FORMATS_HINT)
     if (kind := special_file_kind(p)) is not None:
@@ -116,9 +133,15 @@ def load_manifest(
             hint=_FORMATS_HINT + "; save a stream to a file first",
         )
     if p.is_dir():
-        return _load_folder(p, audio_column, text_column, language_column)
+        return _load_folder(p, audio_column, text_column, language_column, audio_dir)
     fmt, records = _file_records(p)
-    return _build(p, fmt, records, p.parent, audio_column, text_column, language_column)
+    base = _base(audio_dir, p.parent)
+    return _build(p, fmt, records, base, audio_column, text_column, language_column)
+
+
+def _base(audio_dir: str | os.PathLike | None, default: Path) -> Path:
+    """The folder relative audio paths resolve against: --audio_dir, else the manifest's."""
+    return Path(os.path.abspath(Path(audio_dir).expanduser())) if audio_dir else default
 
 
 def _file_records(p: Path) -> tuple[str, Iterator[_Record]]:
@@ -289,7 +312,11 @@ def _read_csv(path: Path, delimiter: str) -> Iterator[_Record]:
 
 
 def _load_folder(
-    folder: Path, audio_column: str | None, text_column: str | None, language_column: str | None
+    folder: Path,
+    audio_column: str | None,
+    text_column: str | None,
+    language_column: str | None,
+    audio_dir: str | os.PathLike | None,
 ) -> Manifest:
     if (folder / "dataset_info.json").is_file() or (folder / "state.json").is_file():
         return _load_saved_dataset(folder, audio_column, text_column, language_column)
@@ -311,7 +338,7 @@ def _load_folder(
                 meta,
                 "audiofolder",
                 reader(meta),
-                folder,
+                _base(audio_dir, folder),
                 audio_column,
                 text_column,
                 language_column,
@@ -430,30 +457,63 @@ def _build(
     text_column: str | None,
     language_column: str | None,
 ) -> Manifest:
-    # The columns are the keys of the first readable rows (a CSV's header; JSON rows may
-    # leave optional keys out), so a single incomplete row cannot hide a column.
     records = iter(records)
     head = list(itertools.islice(records, _COLUMN_SAMPLE_ROWS))
-    columns = list(dict.fromkeys(k for _, obj, _ in head if obj is not None for k in obj))
-    if not head:
-        raise DataError(f"manifest {path} has no rows", hint=_FORMATS_HINT)
-    if not columns:
-        line, _, detail = head[0]
-        raise DataError(
-            f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
+    maker = RowMaker.for_records(head, path, base, audio_column, text_column, language_column)
+    rows = [maker.row(i, *record) for i, record in enumerate(itertools.chain(head, records))]
+    return Manifest(path, fmt, rows, maker.audio_col, maker.text_col, maker.lang_col, maker.columns)
+
+
+@dataclass(frozen=True)
+class RowMaker:
+    """Records (a manifest's parsed rows) to `Row`s, with the columns chosen once."""
+
+    base: Path
+    audio_col: str
+    text_col: str
+    lang_col: str | None
+    id_col: str | None
+    columns: list[str]
+
+    @classmethod
+    def for_records(
+        cls,
+        head: list[_Record],
+        path: Path,
+        base: Path,
+        audio_column: str | None,
+        text_column: str | None,
+        language_column: str | None,
+    ) -> RowMaker:
+        """The columns, from the first records (a CSV's header; JSON rows may leave optional
+        keys out, so a single incomplete row cannot hide a column).
+
+        Raises:
+            DataError: no records, none readable, or a named or needed column absent.
+        """
+        columns = list(dict.fromkeys(k for _, obj, _ in head if obj is not None for k in obj))
+        if not head:
+            raise DataError(f"manifest {path} has no rows", hint=_FORMATS_HINT)
+        if not columns:
+            line, _, detail = head[0]
+            raise DataError(
+                f"no row of {path} could be read; line {line}: {detail}", hint=_FORMATS_HINT
+            )
+        return cls(
+            base,
+            _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path),
+            _pick(columns, text_column, TEXT_COLUMNS, "text", path),
+            language_column if language_column in columns else None,
+            next((c for c in ID_COLUMNS if c in columns), None),
+            columns,
         )
-    audio_col = _pick(columns, audio_column, AUDIO_COLUMNS, "audio", path)
-    text_col = _pick(columns, text_column, TEXT_COLUMNS, "text", path)
-    lang_col = language_column if language_column in columns else None
-    id_col = next((c for c in ID_COLUMNS if c in columns), None)
-    rows: list[Row] = []
-    for line, obj, parse_error in itertools.chain(head, records):
-        index = len(rows)
+
+    def row(self, index: int, line: int, obj: dict | None, parse_error: str | None) -> Row:
         if obj is None:
-            rows.append(Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error))
-        else:
-            rows.append(_row(obj, index, line, base, audio_col, text_col, lang_col, id_col))
-    return Manifest(path, fmt, rows, audio_col, text_col, lang_col, columns)
+            return Row(index, line, None, None, problem=UNPARSABLE_ROW, detail=parse_error)
+        return _row(
+            obj, index, line, self.base, self.audio_col, self.text_col, self.lang_col, self.id_col
+        )
 
 
 def _pick(
@@ -481,7 +541,9 @@ def _row(obj: dict, index, line, base, audio_col, text_col, lang_col, id_col) ->
     problem = detail = None
     raw_audio = obj.get(audio_col)
     audio: Path | InMemoryAudio | None = None
-    if isinstance(raw_audio, dict) and (raw_audio.get("bytes") or raw_audio.get("array")):
+    if isinstance(raw_audio, InMemoryAudio):  # a clip in a tar shard (data/sources/)
+        audio, raw_audio = raw_audio, raw_audio.name
+    elif isinstance(raw_audio, dict) and (raw_audio.get("bytes") or raw_audio.get("array")):
         audio = InMemoryAudio(f"row {line}", value=raw_audio)
     elif isinstance(raw_audio, dict):
         raw_audio = raw_audio.get("path")

@@ -183,6 +183,9 @@ def _data_section(facts: RunFacts) -> list[str]:
         d = facts.data.get(split)
         if not d:
             continue
+        if d.get("streamed"):
+            rows.append(_streamed_line(d))
+            continue
         problems = d.get("problems") or {}
         skipped = d.get("rows", 0) - d.get("used", 0)
         what = ", ".join(f"{n} {k}" for k, n in sorted(problems.items())) or "none"
@@ -197,6 +200,18 @@ def _data_section(facts: RunFacts) -> list[str]:
     if facts.languages:
         rows.append(f"- languages: {', '.join(facts.languages)}")
     return [*rows, ""]
+
+
+def _streamed_line(d: dict) -> str:
+    """A streamed training source (train/streamed.py): counted by its index, checked as it
+    was trained on."""
+    clips = f"{d['rows']} clips" if d.get("rows") else "clips not counted"
+    skipped = d.get("skipped_while_streaming")
+    return (
+        f"- training: streamed from `{Path(str(d.get('manifest', ''))).name}` ({clips} in "
+        f"{d.get('shards')} shards), checked as trained on; bad clips skipped: "
+        f"{'not recorded' if skipped is None else skipped}"
+    )
 
 
 def _results_section(facts: RunFacts) -> list[str]:

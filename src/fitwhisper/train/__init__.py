@@ -6,6 +6,7 @@ Run with `fitwhisper train` (or `fitwhisper demo` for a ready-made example).
 - `run_plan`: every "auto" of a run answered once, with its reason (RUN/run_plan.json)
 - `validation`: every option problem, raised at once before anything loads
 - `setup`: processor, model, datasets and Trainer for a run
+- `streamed`: training on streamed data: steps, dataset, data loader, position in checkpoints
 - `trainer`: Seq2SeqTrainingArguments, the Trainer class, callbacks, the logged plan
 - `console`: the console line per log (step, loss, clips/s, time left, memory against the
   plan), a progress bar on a terminal, in place of Trainer's printed dictionaries

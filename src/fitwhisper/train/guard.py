@@ -37,11 +37,11 @@ import torch
 from torch.utils.data import Dataset
 from transformers import TrainerCallback
 
+from fitwhisper.data.batching import ITEMS_KEY
 from fitwhisper.errors import DivergenceError
 
 log = logging.getLogger(__name__)
 
-ITEMS_KEY = "fitwhisper_items"  # batch entry: the dataset positions of the batch's items
 _SHOWN_CLIPS = 8  # clips named in the message; the rest are counted
 
 

@@ -47,7 +47,8 @@ def is_main() -> bool:
 
 def start() -> None:
     """Join the launcher's process group (gloo on CPU, NCCL on GPUs), before anything loads;
-    the other ranks log warnings only, so the console shows one copy of each message."""
+    the other ranks log warnings only, so the console shows one copy of each message (with
+    -v every rank logs: debug lines say what each process did)."""
     if world_size() <= 1:
         return
     import torch
@@ -56,8 +57,9 @@ def start() -> None:
     global _main_alone_group
     PartialState(cpu=not torch.cuda.is_available(), timeout=COLLECTIVE_TIMEOUT)
     _main_alone_group = torch.distributed.new_group(backend="gloo", timeout=MAIN_ALONE_TIMEOUT)
-    if not is_main():
-        logging.getLogger("fitwhisper").setLevel(logging.WARNING)
+    logger = logging.getLogger("fitwhisper")
+    if not is_main() and logger.getEffectiveLevel() > logging.DEBUG:
+        logger.setLevel(logging.WARNING)
     elif fsdp_asked() and not torch.cuda.is_available():
         log.warning(
             "accelerate launch asked for FSDP, but accelerate shards with FSDP on GPUs (and "

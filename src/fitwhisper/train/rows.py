@@ -30,6 +30,16 @@ class RunRows:
     eval: list
     skipped: int
     durations: list[float]  # seconds, one per training row (packing cuts clips at them)
+    stream: object | None = None  # a streamed training source (train/streamed.py): no rows
+
+    @property
+    def n_train(self) -> int:
+        """Training clips: the rows, or the clips a streamed source counts (0: unknown)."""
+        if self.stream is None:
+            return len(self.train)
+        from fitwhisper.train.streamed import source_clips
+
+        return source_clips(self.stream) or 0
 
 
 def checked_rows(
@@ -42,13 +52,19 @@ def checked_rows(
         DataError: unfit rows with --bad_rows error, or no usable training row.
     """
     from fitwhisper.data.usable import usable_rows
+    from fitwhisper.train import streamed
 
     reports, rows, skipped, durations = {}, {"train": [], "eval": []}, 0, []
+    stream = None
+    if streamed.is_streamed(train_cfg):
+        # Checked as it is trained on (data/stream.py): only its shards are listed here.
+        stream = streamed.open_stream(data_cfg, train_cfg)
+        reports["train"] = streamed.report(stream, train_cfg)
     for split, path, limit in (
         ("train", train_cfg.train_manifest, data_cfg.max_train_samples),
         ("eval", train_cfg.eval_manifest, data_cfg.max_eval_samples),
     ):
-        if not path:
+        if not path or (split == "train" and stream is not None):
             continue
         report_path = out / f"data_report_{split}.csv"
         data = usable_rows(path, data_cfg, tokenizer, limit=limit, report_path=report_path)
@@ -57,13 +73,13 @@ def checked_rows(
         durations = data.durations if split == "train" else durations
         # Each manifest is hashed once, for the run record (record.py).
         reports[split] = data.summary(path, manifests[split]["sha256"])
-    if not rows["train"]:
+    if not rows["train"] and stream is None:
         raise DataError(
             f"no usable training rows in {train_cfg.train_manifest}",
             hint="run `fitwhisper check-data` on it to see why",
         )
     (out / "data_report.json").write_text(json.dumps(reports, indent=2) + "\n")
-    return RunRows(rows["train"], rows["eval"], skipped, durations)
+    return RunRows(rows["train"], rows["eval"], skipped, durations, stream)
 
 
 def prepare_rows(
@@ -117,7 +133,7 @@ def prepare_rows(
             generation_max_length=train_cfg.generation_max_length,
         )
         regression = RegressionGuard(reg.rows, processor, train_cfg.regression_manifest, scoring)
-    return RunRows(train_rows, eval_rows, rows.skipped, durations), regression
+    return RunRows(train_rows, eval_rows, rows.skipped, durations, rows.stream), regression
 
 
 def mix_rehearsal(

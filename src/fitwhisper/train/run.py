@@ -102,7 +102,7 @@ def _train_in(
     callbacks: tuple,
 ) -> TrainResult:
     """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
-    from fitwhisper.train import ranks, record, resume, rows, run_plan, setup
+    from fitwhisper.train import ranks, record, resume, rows, run_plan, setup, streamed
 
     # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
     manifests = record.manifest_hashes(train_cfg, data_cfg)
@@ -125,8 +125,10 @@ def _train_in(
     # With the training rows counted and the held-out rows' languages known, the plan is
     # whole (run_plan.py): a small set trains more epochs (recipes.py).
     train_cfg, choices = run_plan.with_epochs_for_data(
-        choices, train_cfg, len(run_rows.train), ranks.world_size()
+        choices, train_cfg, run_rows.n_train, ranks.world_size()
     )
+    if run_rows.stream is not None:  # a stream has no length: its epochs become steps
+        train_cfg = streamed.with_steps(train_cfg, run_rows.n_train, ranks.world_size())
     plan = run_plan.decided(choices, model_cfg, train_cfg, run_rows.eval, out)
 
     # 5-6. Model and datasets; then the Trainer.
@@ -166,8 +168,13 @@ def _train_in(
     #    resuming; a run resumed at its last step only loads that checkpoint) and save a
     #    from_pretrained-ready model with its processor, written aside and renamed into
     #    place; with load_best_model_at_end, trainer.model is the best checkpoint's.
+    if resume_from is not None and run_rows.stream is not None:
+        workers = train_cfg.dataloader_num_workers
+        streamed.resume(data.train_ds, resume_from, ranks.rank(), ranks.world_size(), workers)
     with deterministic_kernels(plan.deterministic):
-        step, loss = resume.train_or_finish(trainer, resume_from, len(data.train_ds))
+        step, loss = resume.train_or_finish(trainer, resume_from, data.n_train)
+    if run_rows.stream is not None:
+        streamed.record_skips(out, trainer)
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = _save_final(trainer, processor, out, model_cfg)
 
@@ -184,7 +191,7 @@ def _train_in(
     return TrainResult(
         output_dir=out,
         final_dir=final_dir,
-        train_rows=len(run_rows.train),
+        train_rows=run_rows.n_train,
         eval_rows=len(run_rows.eval),
         skipped_rows=run_rows.skipped,
         global_step=step,

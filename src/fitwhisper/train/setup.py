@@ -27,6 +27,7 @@ class RunData:
     eval_rows: list
     language: str | None
     augmenter: object | None = None  # data/augment.py: its epoch is set by the trainer
+    n_train: int = 0  # training items (clips, or packed windows) per epoch
 
 
 def resolve(model_cfg: ModelConfig):
@@ -111,14 +112,31 @@ def datasets(
 
     ds_language = dataset_language(data_cfg.language_token, language)
     augmenter = augment.augmenter(train_cfg)
-    train_ds = SpeechDataset(
-        rows.train, processor, language=ds_language, task=model_cfg.task, augment=augmenter
-    )
-    # Held-out clips are scored as they are: their dataset has no augmenter.
     eval_ds = None
     if rows.eval:
         eval_ds = SpeechDataset(rows.eval, processor, language=ds_language, task=model_cfg.task)
     collator = WhisperCollator(processor, loaded.config.decoder_start_token_id)
+    if rows.stream is not None:  # read shard by shard as it trains (train/streamed.py)
+        from fitwhisper.train import streamed
+
+        train_ds, train_collator = streamed.dataset(
+            rows.stream, processor, loaded, model_cfg, data_cfg, train_cfg, language, augmenter
+        )
+        streamed.problem_for_readers(train_ds, ranks.world_size(), train_cfg.dataloader_num_workers)
+        return RunData(
+            train_ds,
+            eval_ds,
+            collator,
+            train_collator,
+            list(rows.eval),
+            language,
+            augmenter,
+            rows.n_train,
+        )
+    train_ds = SpeechDataset(
+        rows.train, processor, language=ds_language, task=model_cfg.task, augment=augmenter
+    )
+    # Held-out clips (eval_ds above) are scored as they are: their dataset has no augmenter.
     # The encoder cache is built once, by the main process; the others then find it made.
     once = contextlib.nullcontext()
     if train_cfg.cache_encoder_outputs:
@@ -138,7 +156,14 @@ def datasets(
     if augmenter is not None:
         log.info("augmenting training clips on the fly: %s", augmenter.augmentation.summary())
     return RunData(
-        train_ds, eval_ds, collator, train_collator, list(rows.eval), language, augmenter
+        train_ds,
+        eval_ds,
+        collator,
+        train_collator,
+        list(rows.eval),
+        language,
+        augmenter,
+        len(train_ds),
     )
 
 
@@ -157,6 +182,7 @@ def trainer(
 ):
     """The Seq2SeqTrainer that halves the batch on OOM, keeping the effective batch
     (memory/backoff.py), scoring held-out clips by generation; logs the plan first."""
+    from fitwhisper.data.stream import StreamedClips
     from fitwhisper.evaluate import make_scorer, metrics_fn
     from fitwhisper.logs import progress_enabled
     from fitwhisper.memory.predict import MemoryRequest
@@ -188,7 +214,10 @@ def trainer(
     unit = "packed windows" if train_cfg.pack_clips else "training clips"
     if n_windows := getattr(data.train_ds, "n_windows", 0):  # data/mixed_windows.py
         unit = f"training items ({n_windows} of them windows of several clips)"
-    parts.log_plan(train_cfg, len(data.train_ds), args, resumed_step=resumed_step, unit=unit)
+    if isinstance(data.train_ds, StreamedClips):
+        unit = "streamed training clips"
+        args.ignore_data_skip = True  # a resumed stream starts where it was (streamed.py)
+    parts.log_plan(train_cfg, data.n_train, args, resumed_step=resumed_step, unit=unit)
     guard = NonFiniteGuard(data.train_ds, train_cfg.on_nonfinite)
     built = parts.trainer_class(train_cfg, fingerprint)(
         model=loaded,

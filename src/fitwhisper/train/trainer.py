@@ -121,10 +121,12 @@ def trainer_class(cfg: TrainConfig, run_fingerprint: dict):
     from fitwhisper.train.checkpoints import CheckpointMixin
     from fitwhisper.train.guard import GuardMixin
     from fitwhisper.train.ranks import EvalWithoutRepeatsMixin
+    from fitwhisper.train.streamed import StreamMixin
 
     class Trainer(
         CheckpointMixin,
         LengthGroupedTrainerMixin,
+        StreamMixin,  # after CheckpointMixin: the stream position is in the marked files
         GuardMixin,
         EvalWithoutRepeatsMixin,
         AugmentEpochMixin,

@@ -33,6 +33,7 @@ def validate(
     from fitwhisper.train.method_loading import problems as method_problems
     from fitwhisper.train.rows import option_problems as row_problems
     from fitwhisper.train.sharding import problems as deepspeed_problems
+    from fitwhisper.train.streamed import option_problems as stream_problems
 
     precision = precision or run_precision(train_cfg.fp16, train_cfg.bf16)
     problems: list[str] = []
@@ -63,6 +64,7 @@ def validate(
     problems += cache_problems(model_cfg, train_cfg)
     problems += augment_problems(train_cfg)
     problems += deepspeed_problems(model_cfg, train_cfg)
+    problems += stream_problems(data_cfg, train_cfg)
     if problems:
         raise ConfigError(
             "the options conflict:\n  - " + "\n  - ".join(problems),

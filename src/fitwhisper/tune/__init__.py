@@ -174,7 +174,7 @@ def _training_rows(data_cfg: DataConfig, train_cfg: TrainConfig) -> int:
     readable manifest (checked by `_check`) differs from only by the rows it skips."""
     from fitwhisper.data.manifest import load_manifest, select
 
-    manifest = load_manifest(train_cfg.train_manifest, data_cfg.audio_column, data_cfg.text_column)
+    manifest = load_manifest(train_cfg.train_manifest, **data_cfg.manifest_columns())
     return len(select(manifest.rows, data_cfg.max_train_samples))
 
 

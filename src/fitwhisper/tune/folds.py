@@ -55,7 +55,7 @@ def write_folds(
     """
     from fitwhisper.data.manifest import file_records, load_manifest, select
 
-    loaded = load_manifest(manifest, data_cfg.audio_column, data_cfg.text_column)
+    loaded = load_manifest(manifest, **data_cfg.manifest_columns())
     pairs = list(zip(loaded.rows, file_records(loaded.path), strict=True))
     pairs = select(pairs, data_cfg.max_train_samples)
     by_speaker: dict[str, list[dict]] = defaultdict(list)

@@ -1,0 +1,117 @@
+"""A streamed source cut into units, its shards, for `data/stream.py`.
+
+A shard folder's units are its tars, each with its clips from the index (read by offset,
+in any order); plain tar shards are read in the order written; a Hub dataset's units are
+its data files (`IterableDataset.shard`). Each unit reads its records the way
+`data/sources/records.py` makes them for a manifest, so rows follow the same rules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fitwhisper.data.manifest import RowMaker
+from fitwhisper.data.sources import hub, records, tar_shards
+from fitwhisper.data.sources.spec import INDEX_FILE, SourceSpec
+from fitwhisper.data.stream import Unit
+from fitwhisper.errors import DataError
+
+_HEAD = 100  # records whose keys decide the columns, as for a manifest
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """A source's units and the columns its records are read by."""
+
+    units: list[Unit]
+    rows: RowMaker
+
+
+def stream_source(spec: SourceSpec, columns: dict) -> StreamSource:
+    """The units of a shards or Hub source; `columns`: `DataConfig.manifest_columns()`.
+
+    Raises:
+        DataError: a source that is not streamed (a manifest), or one without clips.
+    """
+    if spec.kind == "shards" and (Path(spec.location).expanduser() / INDEX_FILE).is_file():
+        units = _indexed_units(Path(spec.location).expanduser())
+    elif spec.kind == "shards":
+        units = [Unit(Path(s).name, None, _TarShard(s)) for s in tar_shards.expand(spec.location)]
+    elif spec.kind == "hub":
+        stream = hub.open_stream(spec)
+        units = [
+            Unit(f"{spec.name} file {k + 1}", None, _HubShard(spec, k, stream.num_shards))
+            for k in range(stream.num_shards)
+        ]
+    else:
+        raise DataError(f"{spec.text} is a manifest, read whole rather than streamed")
+    head = list(itertools.islice(units[0].read(0, None), _HEAD)) if units else []
+    columns = dict(columns)
+    where = Path(spec.location).expanduser()
+    base = Path(columns.pop("audio_dir", None) or where)
+    maker = RowMaker.for_records(head, where, base, **columns)
+    return StreamSource(units, maker)
+
+
+def _indexed_units(folder: Path) -> list[Unit]:
+    """A unit per shard, each reading its own lines of the index when it is read (their
+    byte range is in shards.json), so nothing grows with the clips before training."""
+    summary = index_summary(str(folder)) or {}
+    shards = summary.get("shards", [])
+    if not shards or any("index_offset" not in s for s in shards):
+        raise DataError(
+            f"{folder / 'shards.json'} does not say where each shard's index lines are",
+            hint="write the shards again with this version of `fitwhisper shard`",
+        )
+    units, line = [], 1
+    for s in shards:
+        read = _IndexedShard(folder, s["index_offset"], s["index_bytes"], line)
+        units.append(Unit(s["name"], s["clips"], read))
+        line += s["clips"]
+    return units
+
+
+@dataclass(frozen=True)
+class _IndexedShard:
+    folder: Path
+    offset: int  # the shard's lines in index.jsonl
+    size: int
+    first_line: int
+
+    def __call__(self, start: int, order: list[int] | None) -> Iterator[tuple]:
+        clips = list(records.index_records(self.folder, self.offset, self.size, self.first_line))
+        picks = order if order is not None else range(len(clips))
+        for k in picks[start:]:
+            yield clips[k]
+
+
+@dataclass(frozen=True)
+class _TarShard:
+    shard: str
+
+    def __call__(self, start: int, order: list[int] | None) -> Iterator[tuple]:
+        clips = tar_shards.clips(self.shard)
+        for line, clip in enumerate(itertools.islice(clips, start, None), start + 1):
+            yield line, records.clip_record(clip, self.shard), None
+
+
+@dataclass(frozen=True)
+class _HubShard:
+    spec: SourceSpec
+    index: int
+    shards: int
+
+    def __call__(self, start: int, order: list[int] | None) -> Iterator[tuple]:
+        stream = hub.open_stream(self.spec).shard(num_shards=self.shards, index=self.index)
+        rows = records.hub_records(stream, self.spec.name)
+        yield from itertools.islice(rows, start, None)
+
+
+def index_summary(location: str) -> dict | None:
+    """A shard folder's shards.json (clips, hours, durations), None for other sources."""
+    path = Path(location).expanduser() / "shards.json"
+    return json.loads(path.read_text()) if path.is_file() else None
