@@ -61,7 +61,7 @@ def test_the_parser_has_writing_commands_and_the_list_is_whole() -> None:
     """The enumeration itself: every command that writes a file declares it as an output."""
     assert set(WRITING) >= {
         "train", "tune", "merge", "export", "transcribe", "evaluate", "report", "check-data",
-        "import-ct2", "plan", "demo",
+        "import-ct2", "plan", "demo", "shard",
     }  # fmt: skip
 
 
