@@ -16,9 +16,10 @@ problem. The rule:
 3. A folder is replaced (`--force`, `--overwrite_output_dir`) only when fitwhisper made it:
    it holds `MARKER`, which every command writes into the folders it makes (`mark`), or,
    for folders written before the marker existed, the record of the command that made it
-   (`LEGACY_RECORDS`: a run's fitwhisper.yaml, an export's fitwhisper_export.json, a study's
-   study.db). A folder merged or imported by an older
-   version holds none of these: it is refused once, with the hint to move it away.
+   (`older_record`: a run's fitwhisper.yaml with the versions it ran with, an export's
+   fitwhisper_export.json naming its source, a study's study.db beside its trials). A
+   folder merged or imported by an older version holds none of these: it is refused once,
+   with the hint to move it away.
    `replace_folder` is the only place that removes an output folder, and checks again.
 
 `tests/cli/test_output_guard.py` takes the commands from the parser and fails for any
@@ -40,12 +41,6 @@ from typing import Literal
 from fitwhisper.errors import ConfigError
 
 MARKER = "fitwhisper_output.json"  # {"command": ..., "version": ...}: fitwhisper made this
-# Records of the commands that made a folder before MARKER existed (see the docstring).
-LEGACY_RECORDS = {
-    "fitwhisper_export.json": "export",
-    "fitwhisper.yaml": "train",
-    "study.db": "tune",
-}
 
 Named = Mapping[str, str | Path | None] | Iterable[tuple[str, str | Path | None]]
 Kind = Literal["new_folder", "folder", "files_into", "file"]
@@ -123,8 +118,32 @@ def made_by(folder: str | Path) -> str | None:
         return json.loads((folder / MARKER).read_text(encoding="utf-8"))["command"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    found = next((cmd for name, cmd in LEGACY_RECORDS.items() if (folder / name).exists()), None)
-    return found or ("export" if _older_export_of_formats(folder) else None)
+    return older_record(folder) or ("export" if _older_export_of_formats(folder) else None)
+
+
+def older_record(folder: Path) -> str | None:
+    """The command whose record, written before MARKER existed, `folder` holds; each record
+    is checked for what only fitwhisper writes in it (a user's own `fitwhisper.yaml` of
+    options is not a run)."""
+    try:
+        export = json.loads((folder / "fitwhisper_export.json").read_text(encoding="utf-8"))
+        if isinstance(export, dict) and "source" in export:
+            return "export"
+    except (OSError, ValueError):
+        pass
+    try:
+        import yaml
+
+        run = yaml.safe_load((folder / "fitwhisper.yaml").read_text(encoding="utf-8"))
+        if isinstance(run, dict) and "fitwhisper" in (run.get("versions") or {}):
+            return "train"
+    except (OSError, ValueError, yaml.YAMLError):
+        pass
+    if (folder / "study.db").is_file() and (
+        (folder / "trials").is_dir() or (folder / "trials.md").is_file()
+    ):
+        return "tune"
+    return None
 
 
 def _older_export_of_formats(folder: Path) -> bool:
@@ -136,9 +155,7 @@ def _older_export_of_formats(folder: Path) -> bool:
         return False
     formats = [e for e in entries if e.is_dir()]
     return bool(formats) and all(
-        (e / "fitwhisper_export.json").is_file()
-        if e.is_dir()
-        else e.name in ("README.md", "export_report.json")
+        older_record(e) == "export" if e.is_dir() else e.name in ("README.md", "export_report.json")
         for e in entries
     )
 

@@ -19,14 +19,27 @@ _WRAPPED_FULL = re.compile(
     r"os error (28|27|122)\b|No space left|File too large|Disk quota exceeded"
 )
 _TORCH_SHORT_WRITE = "unexpected pos"
+_FULL_HINT = (
+    "free disk space or choose an output folder on another disk, then run the command again "
+    "(what it was writing was not kept half-written)"
+)
+_TRAINING_FULL = (
+    "free disk space or choose a folder on another disk (a run's checkpoints are its largest "
+    "files: --save_total_limit keeps fewer); a training run stopped this way continues with "
+    "--resume from its last whole checkpoint"
+)
 
 
-def as_storage_error(e: BaseException, path: str | Path | None = None) -> StorageError | None:
+def as_storage_error(
+    e: BaseException, path: str | Path | None = None, *, training: bool = False
+) -> StorageError | None:
     """A StorageError for a failed write the user can fix (full disk, no permission, a
     read-only file system), whatever library raised it; None for anything else.
 
     Args:
         path: what was being written, when the error itself does not say.
+        training: a training run was writing (its hint: fewer checkpoints, --resume);
+            otherwise an export, a transcript or a page (nothing half-written is kept).
     """
     if isinstance(e, StorageError):
         return e
@@ -40,9 +53,7 @@ def as_storage_error(e: BaseException, path: str | Path | None = None) -> Storag
         why = e.strerror if isinstance(e, OSError) else str(e).splitlines()[0]
         return StorageError(
             f"could not write{where}: {why} (is the disk full?)",
-            hint="free disk space or choose a folder on another disk (a run's checkpoints are "
-            "its largest files: --save_total_limit keeps fewer); a training run stopped this "
-            "way continues with --resume from its last whole checkpoint",
+            hint=_TRAINING_FULL if training else _FULL_HINT,
         )
     if isinstance(e, OSError) and e.errno in _FORBIDDEN:
         return StorageError(

@@ -113,3 +113,23 @@ def test_an_exported_folder_has_the_permissions_a_plain_mkdir_gives(
     finally:
         os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_full_disk_during_an_export_gets_an_exports_hint(
+    tiny_whisper_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import errno
+
+    import fitwhisper.export.openai_format as openai_format
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(openai_format, "write_openai", full)
+    out = tmp_path / "openai"
+    assert main(["export", str(tiny_whisper_dir), str(out), "--format", "openai"]) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device (is the disk full?)" in err and "Traceback" not in err
+    assert "--resume" not in err and "checkpoints" not in err
+    assert "choose an output folder on another disk" in err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -224,3 +224,29 @@ def test_recorded_language_is_the_fine_tunes(tmp_path, tiny_multilingual_dir, ti
     assert default_language("MediaTek-Research/Breeze-ASR-25") == "zh"
     (tuned / "generation_config.json").unlink()
     assert recorded_language(str(tuned)) is None
+
+
+@pytest.mark.parametrize("missing", ["model.safetensors", "processor_config.json"])
+@pytest.mark.parametrize("command", ["transcribe", "evaluate"])
+def test_an_incomplete_model_folder_is_one_paragraph_in_every_command(
+    tiny_whisper_dir: Path, tone_manifest: Path, tmp_path: Path, command: str, missing: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A folder an interrupted copy left (no weights, or no processor files) is a user error
+    naming the folder in every command that loads it, not only in train."""
+    import shutil
+
+    from fitwhisper.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_whisper_dir, model)
+    (model / missing).unlink()
+    clip = tone_manifest.parent / "clips" / "tone_0.wav"
+    argv = {
+        "transcribe": ["transcribe", "--model", str(model), str(clip), "--engine", "transformers"],
+        "evaluate": ["evaluate", str(model), str(tone_manifest)],
+    }[command]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(model) in err
+    assert ("no weights" if missing == "model.safetensors" else "model folder is incomplete") in err

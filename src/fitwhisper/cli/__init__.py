@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace, common: CommonOptions) -> int:
         try:
             return int(args.func(args) or 0)
         except Exception as e:
-            user_error = _as_user_error(e)
+            user_error = _as_user_error(e, training=args.func in (train.run, tune.run))
             if user_error is e:
                 raise
             raise user_error from e
@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace, common: CommonOptions) -> int:
         return 130
 
 
-def _as_user_error(e: Exception) -> Exception:
+def _as_user_error(e: Exception, training: bool = False) -> Exception:
     """Known failures of the libraries below that the user can fix, as FitWhisperErrors."""
     if isinstance(e, FitWhisperError):
         return e
@@ -126,7 +126,7 @@ def _as_user_error(e: Exception) -> Exception:
         )
     from fitwhisper.paths import as_storage_error
 
-    return as_storage_error(e) or e
+    return as_storage_error(e, training=training) or e
 
 
 def build_parser() -> argparse.ArgumentParser:

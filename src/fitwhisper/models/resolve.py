@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -315,7 +316,7 @@ def has_processor(folder: Path) -> bool:
 
 def _from_pretrained(cls, resolved: ResolvedModel, **kwargs):
     if resolved.kind != "hub":
-        return cls.from_pretrained(resolved.path_or_id, **kwargs)
+        return _from_folder(cls, resolved, **kwargs)
     if _hub_offline():
         kwargs.setdefault("local_files_only", True)
     elif not _hub_reachable(resolved.path_or_id):
@@ -336,6 +337,30 @@ def _from_pretrained(cls, resolved: ResolvedModel, **kwargs):
         raise ModelLoadError(
             f"could not load {resolved.spec!r} from the Hugging Face Hub: {e}",
             hint=f"check the id (known ones: `fitwhisper models`), or use {_ALTERNATIVES}",
+        ) from e
+
+
+def _from_folder(cls, resolved: ResolvedModel, **kwargs):
+    """`cls` from a model folder; a folder missing what `cls` needs (weights, the processor's
+    files: an interrupted copy) is a user error naming the folder, whichever command loads
+    it."""
+    path = Path(resolved.path_or_id)
+    if resolved.kind == "transformers_dir" and cls.__name__.endswith("Generation"):
+        check_weights(path)
+    try:
+        return cls.from_pretrained(resolved.path_or_id, **kwargs)
+    except OSError as e:
+        if not path.is_dir():
+            raise
+        # transformers' message names the missing file and suggests the Hub; the first
+        # sentence and the file are what the user can act on.
+        wanted = re.search(r"containing an? (\S+\.json|\S+ file)", str(e))
+        missing = f" (no {wanted.group(1)})" if wanted else ""
+        raise ModelLoadError(
+            f"{resolved.spec}: the model folder is incomplete{missing}, so "
+            f"{cls.__name__} cannot be loaded from it",
+            hint="copy the whole model folder (an interrupted download or copy leaves only "
+            "some files), or name a Hub id such as openai/whisper-small",
         ) from e
 
 

@@ -163,7 +163,7 @@ class CheckpointMixin:
                 remove(ckpt)
             from fitwhisper.paths import as_storage_error
 
-            if (storage := as_storage_error(e, ckpt)) is not None:
+            if (storage := as_storage_error(e, ckpt, training=True)) is not None:
                 raise storage from e
             raise
         finally:

@@ -325,7 +325,7 @@ def _save_final(trainer, processor, out: Path, model_cfg: ModelConfig) -> Path:
             shutil.rmtree(partial, ignore_errors=True)  # a full disk, most often: free room
         from fitwhisper.paths import as_storage_error
 
-        if (storage := as_storage_error(e, partial)) is not None:
+        if (storage := as_storage_error(e, partial, training=True)) is not None:
             raise storage from e
         raise
     return final_dir
