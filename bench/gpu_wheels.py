@@ -48,6 +48,7 @@ WHEELS: dict[str, tuple[str, str]] = {
     "cn2an": ("cn2an", "Chinese numerals (scoring.py)"),
     "proces": ("proces", "imported by cn2an"),
     "bitsandbytes": ("bitsandbytes", "--use_8bit, --use_4bit, --optim adamw_8bit"),
+    "braceexpand": ("braceexpand", "tar shard patterns (data/sources/tar_shards.py); 6 kB"),
     # --deepspeed: deepspeed itself is built from its sdist (build_deepspeed), these are its
     # runtime requirements.
     "hjson": ("hjson", "deepspeed"),
