@@ -176,8 +176,10 @@ def test_new_conflicts_are_reported_together_before_loading(tmp_path: Path) -> N
         "--warmup_steps and --warmup_ratio are both set",
         "--load_best_model_at_end needs --eval_strategy steps or epoch",
         "--early_stopping_patience needs --eval_strategy steps or epoch",
-        f"--output_dir {tmp_path / 'run'} already holds checkpoints of an earlier run "
-        "(checkpoint-4): add --resume",
+        # checkpoint-4 is an empty folder (a run killed in its first save): no --resume.
+        f"--output_dir {tmp_path / 'run'} holds only incomplete checkpoints of an earlier "
+        "run that was stopped while saving (checkpoint-4): nothing to resume from; pass "
+        "--overwrite_output_dir",
     ]
     if importlib.util.find_spec("wandb") is None:
         expected.append("--report_to wandb needs the wandb package, which is not installed")
