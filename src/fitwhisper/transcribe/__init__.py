@@ -10,6 +10,8 @@
   training chose it
 - `ct2_padding`: short clips padded with silence before faster-whisper's log-mel, as in
   training (faster-whisper fills the window with zeros)
+- `ct2_tails`: speech the batched pipeline cut into a chunk but never decoded (an early
+  end-of-text), decoded again
 - `speech`: where the speech is (voice activity, or an energy gate), and its times mapped
   back onto the file: both engines decode speech only
 - `repeats`: the guard that drops a text repeated segment after segment (a loop)

@@ -1,7 +1,8 @@
 """The CTranslate2 engine: faster-whisper on a CTranslate2 model folder.
 
 Files longer than 30 s run through faster-whisper's `BatchedInferencePipeline`
-(voice-activity chunks decoded in batches; `--mode auto` and `batched`) or, with
+(voice-activity chunks decoded in batches; `--mode auto` and `batched`; speech after a
+chunk's early end-of-text decoded again, `ct2_tails`) or, with
 `--mode sequential`, its `WhisperModel.transcribe` (Whisper's sequential long-form
 algorithm) on the file's speech only (`speech.find_speech`: faster-whisper's `vad_filter`,
 done here), its times mapped back onto the file by `Speech.span`.
@@ -28,6 +29,7 @@ import numpy as np
 from fitwhisper.data.audio import padded_like_training
 from fitwhisper.models.ct2_export import export_info  # the export's source, language, task
 from fitwhisper.transcribe.ct2_padding import padded_model
+from fitwhisper.transcribe.ct2_tails import with_tails_decoded
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
 from fitwhisper.transcribe.options import TranscribeOptions
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
@@ -161,14 +163,21 @@ class CT2Engine:
         duration = heard = len(audio) / SAMPLE_RATE
         # auto: batched, the faster at equal CER on CPU (bench/RESULTS-transcribe.md).
         if self._pipeline_cuts(len(audio)):
-            segments, info = self.pipeline.transcribe(
+            batched = functools.partial(
+                self.pipeline.transcribe,
                 audio,
                 batch_size=o.batch_size,
                 without_timestamps=o.timestamps == "none",
                 temperature=0.0,
-                vad_filter=True,
                 **self._common(),
             )
+            segments, info = batched(vad_filter=True)
+            if o.timestamps != "none":  # speech after a chunk's early end-of-text (ct2_tails)
+                segments = with_tails_decoded(
+                    audio,
+                    segments,
+                    lambda clips: list(batched(vad_filter=False, clip_timestamps=clips)[0]),
+                )
         else:
             # Temperature fallback samples: a fixed seed per file makes a run repeatable (an
             # unseeded sample once wrote a loop over 30 s of noise that other runs did not).
