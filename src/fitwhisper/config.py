@@ -278,6 +278,25 @@ class TrainConfig:
             "aliases": ["--train_file"],
         },
     )
+    train_mix: list[str] | None = field(
+        default=None,
+        metadata={
+            "path": "any",
+            "metavar": "SOURCE:WEIGHT",
+            "help": "More training sources, mixed with --train_manifest by weight (each "
+            "streamed: tar shards, a shard folder or a Hub dataset; a weight left out is 1): "
+            "--train_manifest ours/:0.7 --train_mix hf://ORG/NAME@train:0.3 draws 70% of the "
+            "clips from ours/. A small source at a large weight is repeated.",
+        },
+    )
+    mix_temperature: float = field(
+        default=1.0,
+        metadata={
+            "above": 0,
+            "help": "Shares of a mix are weight^(1/T), normalised: above 1 evens them out, "
+            "below 1 sharpens them.",
+        },
+    )
     streaming: Literal["auto", "on", "off"] = field(
         default="auto",
         metadata={

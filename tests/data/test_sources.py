@@ -107,7 +107,7 @@ def test_bad_sources_are_one_paragraph(shared_data: Path, tmp_path: Path, capsys
         str(cut): "cannot be read after",
         "hf://nobody/no-such-dataset": "cannot open the dataset hf://nobody/no-such-dataset",
         f"{whole}:0": "weight 0 is not positive",
-        f"{whole}:0.7": "mixes several sources in one run, which fitwhisper does not do yet",
+        f"{whole}:0.7": "is a source's share in a mix of streamed sources",
         str(tmp_path / "none-*.tar"): "no tar shard matches",
     }
     for source, said in cases.items():

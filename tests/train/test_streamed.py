@@ -4,6 +4,8 @@ killed streamed run resuming to the uninterrupted run's losses."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import signal
 import subprocess
@@ -11,7 +13,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from tests.conftest import write_tone
 from tests.data import sources_fixtures as make
 from torch.utils.data import DataLoader
@@ -19,7 +23,7 @@ from torch.utils.data import DataLoader
 from fitwhisper.cli import main
 from fitwhisper.data.batching import ITEMS_KEY
 from fitwhisper.data.manifest import RowMaker
-from fitwhisper.data.stream import StreamedClips, Unit, decode
+from fitwhisper.data.stream import StreamedClips, StreamPositions, Unit, decode
 
 KILL_AFTER_CHECKPOINT = Path(__file__).with_name("kill_after_checkpoint.py")
 
@@ -100,11 +104,11 @@ def test_every_clip_is_read_once_an_epoch_by_one_reader(tmp_path: Path, sizes) -
     seen: dict[int, Counter] = {0: Counter(), 1: Counter()}
     for rank in (0, 1):
         ds = StreamedClips(
-            units, maker, lambda row, audio, rng: {"text": row.text}, lambda *a: [], 0, rank, 2
+            units, [maker], lambda row, audio, rng: {"text": row.text}, lambda *a: [], 0, rank, 2
         )
         loader = DataLoader(ds, batch_size=None, num_workers=2)
         for k, item in enumerate(loader):
-            _, position = decode(item[ITEMS_KEY])
+            _, _, position = decode(item[ITEMS_KEY])
             if position.epoch < 2:
                 seen[position.epoch][item["text"]] += 1
             if k > 4 * total:
@@ -145,7 +149,7 @@ def test_killed_stream_resumes_to_the_uninterrupted_losses(
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, stderr
     state = json.loads((killed / "checkpoint-4" / "stream_state_rank0.json").read_text())
-    assert state["slots"] == 2 and set(state["positions"]) == {"0", "1"}
+    assert state["slots"] == 2 and {p[0] for p in state["positions"]} == {0, 1}
 
     assert main(argv(killed, "--resume")) == 0
 
@@ -236,3 +240,76 @@ def test_two_nodes_read_every_clip_once_an_epoch(tiny_whisper_dir: Path, tmp_pat
     assert len(trained[0]) == len(trained[1]) == 4
     shard_of = {e["id"]: e["shard"] for e in map(json.loads, (shards / "index.jsonl").open())}
     assert not {shard_of[c] for c in trained[0]} & {shard_of[c] for c in trained[1]}
+
+
+def _mix(tmp_path: Path, **resume) -> StreamedClips:
+    first = _tone_units(tmp_path / "a", [4, 3, 5])
+    second = [dataclasses.replace(u, source=1) for u in _tone_units(tmp_path / "b", [2, 2])]
+    head = [rec for u in first for rec in u.read(0, None)][:5]
+    maker = RowMaker.for_records(head, tmp_path, tmp_path, None, None, None)
+    return StreamedClips(
+        [*first, *second],
+        [maker, maker],
+        lambda row, audio, rng: {"text": row.text},
+        lambda *a: [],
+        seed=0,
+        shares=[0.7, 0.3],
+        **resume,
+    )
+
+
+def test_a_mix_draws_by_its_shares_and_a_resumed_mix_draws_on_as_before(tmp_path: Path) -> None:
+    """Two sources at 0.7/0.3 (12 and 4 clips: the small one repeats): the shares drawn are
+    within 0.04 of the weights over 1000 clips, and a mix resumed from the positions the
+    trainer noted after 300 clips gives the uninterrupted mix's next 200, source by source."""
+    items = list(itertools.islice(_mix(tmp_path), 500))
+    drawn = Counter(decode(item[ITEMS_KEY])[1] for item in items)
+    more = Counter(decode(i[ITEMS_KEY])[1] for i in itertools.islice(_mix(tmp_path), 1000))
+    assert abs(more[0] / 1000 - 0.7) < 0.04 and abs(more[1] / 1000 - 0.3) < 0.04, more
+    assert drawn[1] > 4 * 3  # the 4-clip source went round several epochs
+
+    noted = StreamPositions()
+    for item in items[:300]:
+        noted.note(torch.tensor([item[ITEMS_KEY]]), None)
+    resumed = _mix(tmp_path, resume_at=noted.positions, draws_before=noted.draws)
+    again = list(itertools.islice(resumed, 200))
+    assert [i["text"] for i in again] == [i["text"] for i in items[300:]]
+    assert [i[ITEMS_KEY] for i in again] == [i[ITEMS_KEY] for i in items[300:]]
+
+
+def test_mix_shares_follow_the_weights_and_the_temperature() -> None:
+    from fitwhisper.data.sources.spec import parse_source
+    from fitwhisper.train.streamed import shares
+
+    specs = [parse_source("hf://a/b:0.75"), parse_source("hf://c/d:0.25"), parse_source("hf://e/f")]
+    assert shares(specs, 1.0) == pytest.approx([0.375, 0.125, 0.5])
+    # T = 2: square roots of the weights, normalised.
+    assert shares(specs[:2], 2.0) == pytest.approx(
+        [0.75**0.5, 0.25**0.5] / np.float64(0.75**0.5 + 0.25**0.5)
+    )
+
+
+def test_a_mix_of_two_shard_sources_trains_and_its_record_lists_each(
+    tiny_whisper_dir: Path, shared_data: Path, tmp_path: Path, capsys
+) -> None:
+    rows = make.speech_rows(shared_data, 6)
+    ours = make.write_tar(rows[:4], tmp_path / "ours" / "a.tar")
+    general = make.write_tar(rows[4:], tmp_path / "general" / "g.tar")
+    out = tmp_path / "run"
+    argv = _train(tiny_whisper_dir, f"{ours}:0.7", out, "--max_steps", "2")
+    assert main([*argv, "--train_mix", f"{general}:0.3"]) == 0
+    report = json.loads((out / "data_report.json").read_text())["train"]
+    assert [(p["source"], p["weight"], p["share"]) for p in report["sources"]] == [
+        (str(ours), 0.7, 0.7),
+        (str(general), 0.3, 0.3),
+    ]
+    card = (out / "final" / "README.md").read_text()
+    assert f"`{general}`: weight 0.3, 30.0% of the clips drawn" in card
+
+    # A manifest in a mix is refused before training, with the command that streams it.
+    manifest = make.jsonl_manifest(rows, tmp_path / "m.jsonl")
+    argv = _train(tiny_whisper_dir, str(ours), tmp_path / "refused", "--max_steps", "2")
+    capsys.readouterr()
+    assert main([*argv, "--train_mix", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert f"{manifest} is a manifest, which is read whole" in err and "fitwhisper shard" in err

@@ -146,8 +146,9 @@ def load_manifest(
     spec = parse_source(path)
     if spec.weight is not None:
         raise DataError(
-            f"{spec.text}: a weight (:{spec.weight:g}) mixes several sources in one run, "
-            "which fitwhisper does not do yet",
+            f"{spec.text}: a weight (:{spec.weight:g}) is a source's share in a mix of "
+            "streamed sources (`train --train_manifest A:0.7 --train_mix B:0.3`); this reads "
+            "one source whole",
             hint=f"pass {spec.name} without the weight",
         )
     if spec.kind != "manifest":

@@ -207,11 +207,23 @@ def _streamed_line(d: dict) -> str:
     was trained on."""
     clips = f"{d['rows']} clips" if d.get("rows") else "clips not counted"
     skipped = d.get("skipped_while_streaming")
-    return (
+    line = (
         f"- training: streamed from `{Path(str(d.get('manifest', ''))).name}` ({clips} in "
         f"{d.get('shards')} shards), checked as trained on; bad clips skipped: "
         f"{'not recorded' if skipped is None else skipped}"
     )
+    parts = d.get("sources") or []
+    if len(parts) < 2:
+        return line
+    line = line.replace("streamed from", "streamed as a mix of its sources, first", 1)
+    for p in parts:
+        hours = "hours not counted" if p.get("hours") is None else f"{p['hours']:.2f} hours"
+        weight = 1 if p.get("weight") is None else p["weight"]
+        line += (
+            f"\n  - `{p['source']}`: weight {weight:g}, {100 * p['share']:.1f}% of the clips "
+            f"drawn; {p.get('rows') or 'uncounted'} clips, {hours}"
+        )
+    return line
 
 
 def _results_section(facts: RunFacts) -> list[str]:

@@ -32,12 +32,29 @@ _NEEDS_ROWS = {
 
 
 def is_streamed(cfg: TrainConfig) -> bool:
-    """Whether the training data is streamed: `--streaming`, or by the source (auto)."""
+    """Whether the training data is streamed: `--streaming`, or by the source (auto); a
+    mix (`--train_mix`) always is."""
+    if cfg.train_mix and cfg.streaming != "off":
+        return True
     if cfg.streaming != "auto" or not cfg.train_manifest:
         return cfg.streaming == "on"
     from fitwhisper.data.sources.spec import parse_source
 
     return parse_source(cfg.train_manifest).kind != "manifest"
+
+
+def sources(cfg: TrainConfig) -> list:
+    """The training sources (`SourceSpec`s): --train_manifest, then --train_mix's."""
+    from fitwhisper.data.sources.spec import parse_source
+
+    return [parse_source(s) for s in [cfg.train_manifest, *(cfg.train_mix or [])] if s]
+
+
+def shares(specs: list, temperature: float) -> list[float]:
+    """Each source's share of the clips drawn: weight^(1/T), normalised (a weight left out
+    is 1)."""
+    raw = [(1.0 if s.weight is None else s.weight) ** (1.0 / temperature) for s in specs]
+    return [w / sum(raw) for w in raw]
 
 
 def option_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
@@ -47,14 +64,24 @@ def option_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
             return []
     except ConfigError as e:  # a source string that names nothing (a bad weight, ...)
         return [f"--train_manifest: {e.message}"]
-    from fitwhisper.data.sources.spec import parse_source
-
+    if cfg.train_mix and cfg.streaming == "off":
+        return ["--train_mix mixes streamed sources; leave --streaming at auto or on"]
+    try:
+        specs = sources(cfg)
+    except ConfigError as e:
+        return [f"--train_mix: {e.message}"]
     problems = []
-    if cfg.streaming == "on" and parse_source(cfg.train_manifest).kind == "manifest":
-        problems.append(
-            f"--streaming on: {cfg.train_manifest} is a manifest, which is read whole; write "
-            "it as shards (`fitwhisper shard`) to stream it"
-        )
+    for spec in specs:
+        if spec.kind == "manifest" and (cfg.streaming == "on" or cfg.train_mix):
+            why = "--train_mix" if cfg.train_mix else "--streaming on"
+            problems.append(
+                f"{why}: {spec.name} is a manifest, which is read whole; write it as shards "
+                f"(`fitwhisper shard {spec.name} --output_dir SHARDS`) to stream it"
+            )
+    from fitwhisper.data.stream import MAX_SOURCES
+
+    if len(specs) > MAX_SOURCES:
+        problems.append(f"--train_mix: {len(specs)} sources; a mix takes at most {MAX_SOURCES}")
     for name, flag in _NEEDS_ROWS.items():
         if getattr(cfg, name):
             problems.append(
@@ -70,24 +97,44 @@ def option_problems(data_cfg: DataConfig, cfg: TrainConfig) -> list[str]:
 
 
 def open_stream(data_cfg: DataConfig, cfg: TrainConfig):
-    """The training source's units (data/sources/units.py), opened once by each process."""
-    from fitwhisper.data.sources.spec import parse_source
-    from fitwhisper.data.sources.units import stream_source
+    """The training sources' units (data/sources/units.py), opened once by each process: a
+    mix's units after one another, each marked with its source."""
+    from fitwhisper.data.sources.units import mixed_sources, stream_source
 
-    return stream_source(parse_source(cfg.train_manifest), data_cfg.manifest_columns())
+    columns = data_cfg.manifest_columns()
+    specs = sources(cfg)
+    return mixed_sources(
+        [stream_source(spec, columns) for spec in specs], shares(specs, cfg.mix_temperature)
+    )
 
 
 def report(source, cfg: TrainConfig) -> dict:
-    """What data_report.json records for a streamed training source."""
+    """What data_report.json records for a streamed training source: each source of a mix
+    with its weight, share, shards, clips and hours (from its index where it has one)."""
     from fitwhisper.data.sources.units import index_summary
 
-    summary = index_summary(cfg.train_manifest) or {}
+    parts = []
+    for k, spec in enumerate(sources(cfg)):
+        units = [u for u in source.units if u.source == k]
+        counts = [u.clips for u in units]
+        parts.append(
+            {
+                "source": spec.name,
+                "weight": spec.weight,
+                "share": round(source.shares[k], 4),
+                "shards": len(units),
+                "rows": None if None in counts else sum(counts),
+                "hours": (index_summary(spec.location) or {}).get("hours"),
+            }
+        )
+    known = [p["hours"] for p in parts]
     return {
         "manifest": cfg.train_manifest,
         "streamed": True,
         "shards": len(source.units),
         "rows": source_clips(source),
-        "hours": summary.get("hours"),
+        "hours": None if None in known else round(sum(known), 4),
+        "sources": parts,
         "checked": "as trained on: bad rows are skipped and counted in the log",
     }
 
@@ -151,6 +198,7 @@ def dataset(source, processor, model, model_cfg: ModelConfig, data_cfg, cfg, lan
         rank=ranks.rank(),
         world=ranks.world_size(),
         augmenting=augmenter is not None,
+        shares=source.shares,
     )
     collator = WhisperCollator(processor, model.config.decoder_start_token_id)
     if (mode := cfg.encoder_input_mode) != "full":
@@ -191,9 +239,10 @@ def resume(ds, checkpoint: Path, rank: int, world: int, workers: int) -> None:
     """Start each of this process's slots where `checkpoint` left it."""
     from fitwhisper.data.stream import StreamPositions
 
-    positions, skipped = StreamPositions.load(checkpoint, rank, ds.slots(world, workers))
-    ds.resume_at, ds.skipped_before = positions, skipped
-    log.info("streamed data: resuming %d reader(s) where %s left them", len(positions), checkpoint)
+    positions, skipped, draws = StreamPositions.load(checkpoint, rank, ds.slots(world, workers))
+    ds.resume_at, ds.skipped_before, ds.draws_before = positions, skipped, draws
+    readers = len({slot for slot, _source in positions})
+    log.info("streamed data: resuming %d reader(s) where %s left them", readers, checkpoint)
 
 
 def record_skips(out: Path, trainer) -> int:
@@ -232,6 +281,7 @@ class StreamMixin:
         if not isinstance(self.train_dataset, StreamedClips):
             return super().get_train_dataloader()
         self.stream_positions = StreamPositions()
+        self.stream_positions.start_from(self.train_dataset)
         args = self.args
         workers = args.dataloader_num_workers
         return DataLoader(

@@ -169,16 +169,30 @@ def _overlap_problems(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainCo
     return output_problems(outputs, train_inputs(model_cfg, data_cfg, cfg))
 
 
-def train_inputs(model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig) -> dict:
-    """Every path a run reads, as the user named it (for the output guard)."""
-    return {
-        "--model": model_cfg.model,
-        "--plan": cfg.plan,
-        "--rehearsal_manifest": data_cfg.rehearsal_manifest,
-    } | {
-        f"--{name}": getattr(cfg, name)
-        for name in ("train_manifest", "eval_manifest", "regression_manifest")
-    }
+def train_inputs(
+    model_cfg: ModelConfig, data_cfg: DataConfig, cfg: TrainConfig
+) -> list[tuple[str, str | None]]:
+    """Every path a run reads, as the user named it (for the output guard); a data source
+    by its location, without a mix weight."""
+    named = [
+        ("--model", model_cfg.model),
+        ("--plan", cfg.plan),
+        ("--rehearsal_manifest", data_cfg.rehearsal_manifest),
+        ("--train_manifest", cfg.train_manifest),
+        *(("--train_mix", source) for source in cfg.train_mix or []),
+        ("--eval_manifest", cfg.eval_manifest),
+        ("--regression_manifest", cfg.regression_manifest),
+    ]
+    return [(name, _location(value)) for name, value in named]
+
+
+def _location(source: str | None) -> str | None:
+    from fitwhisper.data.sources.spec import parse_source
+
+    try:
+        return parse_source(source).location if source else source
+    except ConfigError:  # named by the data options' own check
+        return source
 
 
 def _output_dir_problems(cfg: TrainConfig) -> list[str]:

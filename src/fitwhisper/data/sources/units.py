@@ -8,6 +8,7 @@ its data files (`IterableDataset.shard`). Each unit reads its records the way
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterator
@@ -29,6 +30,24 @@ class StreamSource:
 
     units: list[Unit]
     rows: RowMaker
+
+
+@dataclass(frozen=True)
+class StreamedData:
+    """What a streamed run reads: every source's units (each marked with its source), each
+    source's row maker, and its share of the clips drawn (one source: [1.0])."""
+
+    units: list[Unit]
+    rows: list[RowMaker]
+    shares: list[float]
+
+
+def mixed_sources(parts: list[StreamSource], shares: list[float]) -> StreamedData:
+    """The sources of a mix (or one) as one streamed dataset's input."""
+    units = [
+        dataclasses.replace(unit, source=k) for k, part in enumerate(parts) for unit in part.units
+    ]
+    return StreamedData(units, [part.rows for part in parts], list(shares))
 
 
 def stream_source(spec: SourceSpec, columns: dict) -> StreamSource:
