@@ -165,13 +165,33 @@ def test_two_tune_processes_share_one_study(tiny_whisper_dir, manifests, tmp_pat
     ]
     logs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
-    trials = _study(out).get_trials()
-    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials) >= 4
+    # Exactly --n_trials ran between them (a trial asked for after the last was claimed is
+    # surplus: failed, not run, not listed).
+    trials = [t for t in _study(out).get_trials() if not t.user_attrs.get("surplus")]
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials) == 4
     folders = [t.user_attrs["run_dir"] for t in trials]
     assert len(set(folders)) == len(folders)
     here = [int(log.split("trial(s) run by this process")[0].rsplit("(", 1)[1]) for log in logs]
     assert all(n >= 1 for n in here), logs
-    assert sum(here) == sum(t.state.name != "WAITING" for t in trials)
+    assert sum(here) == sum(t.state.name != "WAITING" for t in trials) == 4
+
+
+def test_a_trial_asked_for_after_the_last_was_claimed_is_not_run() -> None:
+    """Other processes hold --n_trials trials (running or done) numbered before this one."""
+    import optuna
+
+    from fitwhisper.tune.trials import Objective, SurplusTrial
+
+    study = optuna.create_study()
+    done = study.ask()
+    study.tell(done, 0.5)
+    study.ask()  # running in another process
+    study.ask()  # another
+    objective = Objective(None, None, None, {}, {}, Path("."), set(), None, n_trials=3)
+    study.optimize(objective, n_trials=5, catch=(SurplusTrial,))
+    late = study.get_trials()[3:]
+    assert [(t.state.name, t.user_attrs) for t in late] == [("FAIL", {"surplus": True})]
+    assert objective.calls == 0
 
 
 def test_the_users_own_options_run_again_after_their_trial_failed(

@@ -75,16 +75,21 @@ def add(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from fitwhisper.data.check import check_manifest
-    from fitwhisper.data.manifest import load_manifest, select
+    """Check row after row, each result counted and written to --report as it comes: the
+    memory a check needs does not grow with the rows (bench/data_scale.py measures it)."""
+    import contextlib
+    import itertools
+
+    from fitwhisper.data.check import CheckTally, ReportWriter, checked_rows
+    from fitwhisper.data.manifest import load_manifest
     from fitwhisper.output_guard import Output, check_outputs
 
     opts, data_cfg = build_configs(args, (CheckDataOptions, DataConfig))
     inputs = {"MANIFEST": opts.manifest, "--model": opts.model}
     check_outputs([Output("--report", opts.report, "file")], inputs)
-    manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns())
+    manifest = load_manifest(opts.manifest, **data_cfg.manifest_columns(), lazy=True)
     if opts.limit is not None:
-        manifest.rows = select(manifest.rows, opts.limit)
+        manifest.rows = itertools.islice(manifest.rows, max(0, opts.limit))
     tokenizer = None
     if opts.model:
         from fitwhisper.models.resolve import load_processor
@@ -92,11 +97,16 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = load_processor(opts.model).tokenizer
     else:
         log.info("No --model given: transcript lengths in tokens are not checked.")
-    report = check_manifest(manifest, data_cfg, tokenizer=tokenizer)
+    tally = CheckTally(str(manifest.path), manifest.format, labels_checked=tokenizer is not None)
+    with ReportWriter(opts.report) if opts.report else contextlib.nullcontext() as writer:
+        for result in checked_rows(manifest, data_cfg, tokenizer):
+            tally.add(result)
+            if writer is not None:
+                writer.add(result)
     if opts.report:
-        log.info("Per-row report: %s", report.write(opts.report))
-    print(report.format_summary())
-    bad = report.format_bad_rows(limit=50, report_path=opts.report)
+        log.info("Per-row report: %s", opts.report)
+    print(tally.format_summary())
+    bad = tally.format_bad_rows(report_path=opts.report)
     if bad:
         print("\nrows with problems:\n" + bad)
-    return 0 if report.ok else 1
+    return 0 if tally.ok else 1

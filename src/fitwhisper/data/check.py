@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -124,56 +125,121 @@ class CheckReport:
 
     def write(self, path: str | Path) -> Path:
         """Write one line per row to `path` (.jsonl or .csv, by its suffix)."""
-        path = Path(path)
-        if path.suffix.lower() not in (".jsonl", ".csv"):
-            raise ConfigError(
-                f"report file {path} must end in .jsonl or .csv", hint="e.g. --report report.csv"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        records = (_record(r) for r in self.rows)
-        # A file name that is not UTF-8 (surrogate escapes) is written as \udcXX, readable.
-        with path.open("w", encoding="utf-8", errors="backslashreplace", newline="") as f:
-            if path.suffix.lower() == ".jsonl":
-                for rec in records:
-                    f.write(json_text(rec) + "\n")
-            else:
-                writer = csv.DictWriter(f, fieldnames=_REPORT_FIELDS)
-                writer.writeheader()
-                writer.writerows(records)
-        return path
+        with ReportWriter(path) as writer:
+            for r in self.rows:
+                writer.add(r)
+        return writer.path
+
+    def tally(self, shown: int = 50) -> CheckTally:
+        tally = CheckTally(
+            str(self.manifest.path), self.manifest.format, self.labels_checked, shown
+        )
+        for r in self.rows:
+            tally.add(r)
+        return tally
 
     def format_summary(self) -> str:
         """A table: rows checked, rows per problem, rows fit for training, hours."""
-        n = len(self.rows)
-        usable = sum(r.ok for r in self.rows)
-        lines = [f"{self.manifest.path} ({self.manifest.format}): {n:,} rows checked"]
-        counts = self.counts()
+        return self.tally().format_summary()
+
+    def format_bad_rows(self, limit: int | None = 50, report_path: str | Path | None = None) -> str:
+        """One line per problem of the rows that have any (warnings marked so):
+        `file:line  problem  detail`."""
+        return self.tally(limit).format_bad_rows(report_path) if limit else _all_lines(self.rows)
+
+
+class CheckTally:
+    """What the rows of a check add up to, counted as they come, so a check of any length
+    holds the first `shown` problem lines and a few counters, never every row."""
+
+    def __init__(self, name: str, fmt: str, labels_checked: bool, shown: int = 50) -> None:
+        self.name, self.format, self.labels_checked, self.shown = name, fmt, labels_checked, shown
+        self.rows = self.usable = 0
+        self.kinds: Counter = Counter()
+        self.seconds = self.usable_seconds = 0.0
+        self.lines: list[str] = []
+        self.more_lines = 0
+
+    def add(self, r: RowResult) -> None:
+        self.rows += 1
+        self.usable += r.ok
+        self.kinds.update(p.kind for p in r.problems)
+        self.seconds += r.duration_s or 0.0
+        self.usable_seconds += (r.duration_s or 0.0) if r.ok else 0.0
+        for line in _problem_lines(r):
+            if len(self.lines) < self.shown:
+                self.lines.append(line)
+            else:
+                self.more_lines += 1
+
+    @property
+    def ok(self) -> bool:
+        return self.rows > 0 and self.usable == self.rows
+
+    def format_summary(self) -> str:
+        n = self.rows
+        lines = [f"{self.name} ({self.format}): {n:,} rows checked"]
+        counts = {k: self.kinds[k] for k in PROBLEMS if self.kinds[k]}
         width = max([len(k) for k in counts] + [len("rows fit for training")])
         for kind, count in counts.items():
             lines.append(f"  {kind:<{width}}  {count:>7,}  {PROBLEMS[kind]}")
-        lines.append(f"  {'rows fit for training':<{width}}  {usable:>7,}  of {n:,}")
+        lines.append(f"  {'rows fit for training':<{width}}  {self.usable:>7,}  of {n:,}")
         lines.append(
-            f"  {'hours of audio':<{width}}  {self.total_hours:>7.2f}  "
-            f"({self.usable_hours:.2f} h in rows fit for training)"
+            f"  {'hours of audio':<{width}}  {self.seconds / 3600:>7.2f}  "
+            f"({self.usable_seconds / 3600:.2f} h in rows fit for training)"
         )
         if not self.labels_checked:
             lines.append("  transcript lengths in tokens were not checked (no --model given)")
         lines.append("fit for training" if self.ok else "NOT fit for training")
         return "\n".join(lines)
 
-    def format_bad_rows(self, limit: int | None = 50, report_path: str | Path | None = None) -> str:
-        """One line per problem of the rows that have any (warnings marked so):
-        `file:line  problem  detail`."""
-        lines = [
-            f"{r.where}  {p.kind}  {p.detail}" + (" (warning)" if p.kind in WARNINGS else "")
-            for r in self.rows
-            for p in r.problems
-        ]
-        if limit is not None and len(lines) > limit:
-            more = len(lines) - limit
+    def format_bad_rows(self, report_path: str | Path | None = None) -> str:
+        lines = list(self.lines)
+        if self.more_lines:
             see = f", see {report_path}" if report_path else ", see --report FILE"
-            lines = lines[:limit] + [f"... and {more:,} more{see}"]
+            lines.append(f"... and {self.more_lines:,} more{see}")
         return "\n".join(lines)
+
+
+def _problem_lines(r: RowResult) -> list[str]:
+    return [
+        f"{r.where}  {p.kind}  {p.detail}" + (" (warning)" if p.kind in WARNINGS else "")
+        for p in r.problems
+    ]
+
+
+def _all_lines(rows: list[RowResult]) -> str:
+    return "\n".join(line for r in rows for line in _problem_lines(r))
+
+
+class ReportWriter:
+    """The per-row report (`check-data --report`), one line per row as rows are checked."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.suffix.lower() not in (".jsonl", ".csv"):
+            raise ConfigError(
+                f"report file {path} must end in .jsonl or .csv", hint="e.g. --report report.csv"
+            )
+
+    def __enter__(self) -> ReportWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A file name that is not UTF-8 (surrogate escapes) is written as \udcXX, readable.
+        self._file = self.path.open("w", encoding="utf-8", errors="backslashreplace", newline="")
+        self._csv = None
+        if self.path.suffix.lower() == ".csv":
+            self._csv = csv.DictWriter(self._file, fieldnames=_REPORT_FIELDS)
+            self._csv.writeheader()
+        return self
+
+    def add(self, r: RowResult) -> None:
+        if self._csv is not None:
+            self._csv.writerow(_record(r))
+        else:
+            self._file.write(json_text(_record(r)) + "\n")
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
 
 
 def check_manifest(
@@ -190,15 +256,26 @@ def check_manifest(
     Returns:
         A `CheckReport`; nothing is raised for bad rows (see `apply_bad_row_policy`).
     """
+    results = list(checked_rows(manifest, data_cfg, tokenizer, progress))
+    return CheckReport(manifest, results, data_cfg, labels_checked=tokenizer is not None)
+
+
+def checked_rows(
+    manifest: Manifest, data_cfg: DataConfig, tokenizer=None, progress: bool = True
+) -> Iterator[RowResult]:
+    """Each row's result as it is checked (`check_manifest`'s rules), in order. Holds a few
+    rows in flight and each clip's content hash (for duplicates), so a check that writes
+    its results out as they come (`check-data`) needs memory that does not grow with the
+    rows; `manifest.rows` may be a one-pass iterator (`load_manifest(lazy=True)`)."""
     from fitwhisper.logs import progress_enabled
 
-    results: list[RowResult] = []
-    seen_audio: dict[str, RowResult] = {}  # content hash -> first row with it
+    seen_audio: dict[str, tuple[str, int]] = {}  # content hash -> (where, text hash) of the first
     bar = None
     if progress and progress_enabled():
         from tqdm import tqdm
 
-        bar = tqdm(total=len(manifest.rows), desc="checking data", unit="row")
+        total = len(manifest.rows) if isinstance(manifest.rows, list) else None
+        bar = tqdm(total=total, desc="checking data", unit="row")
     cache = FactsCache.for_source(manifest.path)
 
     def inspect(row: Row) -> _AudioFacts:
@@ -211,24 +288,27 @@ def check_manifest(
         cache.put(key, facts)
         return facts
 
-    with ThreadPoolExecutor(_DECODE_THREADS) as pool:
-        for chunk in _chunks(manifest.rows, _CHUNK_ROWS):
-            for row, audio in zip(chunk, pool.map(inspect, chunk), strict=True):
-                result = RowResult(row, manifest.where(row))
-                _check_row(result, audio, data_cfg, tokenizer, seen_audio)
-                results.append(result)
-            if bar is not None:
-                bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
-    cache.save()
+    rows = 0
+    try:
+        with ThreadPoolExecutor(_DECODE_THREADS) as pool:
+            for chunk in _chunks(manifest.rows, _CHUNK_ROWS):
+                for row, audio in zip(chunk, pool.map(inspect, chunk), strict=True):
+                    result = RowResult(row, manifest.where(row))
+                    _check_row(result, audio, data_cfg, tokenizer, seen_audio)
+                    yield result
+                rows += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+        cache.save()
     if cache.hits:
         log.info(
             "data check: %s of %s clips known from an earlier check (not decoded again)",
             f"{cache.hits:,}",
-            f"{len(manifest.rows):,}",
+            f"{rows:,}",
         )
-    return CheckReport(manifest, results, data_cfg, labels_checked=tokenizer is not None)
 
 
 def _problem(kept: dict | None) -> Problem | None:
@@ -365,7 +445,7 @@ def _check_row(
     audio: _AudioFacts,
     cfg: DataConfig,
     tokenizer,
-    seen_audio: dict[str, RowResult],
+    seen_audio: dict[str, tuple[str, int]],
 ) -> None:
     row, add = result.row, result.problems.append
     if row.problem:
@@ -418,13 +498,14 @@ def _check_row(
     if audio.digest is not None:
         # Only usable rows become "the first": a later good copy of a bad row is kept.
         first = seen_audio.get(audio.digest)
+        text = hash((row.text or "").strip())
         if first is None and result.ok:
-            seen_audio[audio.digest] = result
+            seen_audio[audio.digest] = (result.where, text)
         elif first is not None:
-            same_text = (first.row.text or "").strip() == (row.text or "").strip()
+            same_text = first[1] == text
             kind = "duplicate_pair" if same_text else "duplicate_audio"
             what = "audio and transcript" if same_text else "audio"
-            add(Problem(kind, f"same {what} as {first.where}"))
+            add(Problem(kind, f"same {what} as {first[0]}"))
 
 
 def _check_label(result: RowResult, tokenizer, cfg: DataConfig) -> None:
@@ -447,9 +528,10 @@ def _check_label(result: RowResult, tokenizer, cfg: DataConfig) -> None:
         )
 
 
-def _chunks(rows: list[Row], size: int) -> Iterator[list[Row]]:
-    for start in range(0, len(rows), size):
-        yield rows[start : start + size]
+def _chunks(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
+    rows = iter(rows)
+    while chunk := list(itertools.islice(rows, size)):
+        yield chunk
 
 
 _REPORT_FIELDS = [

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -43,21 +44,33 @@ def audio_key(audio) -> str | None:
 
 
 class FactsCache:
-    """One source's cached audio facts: `get`/`put` by `audio_key`, `save` at the end."""
+    """One source's cached audio facts: `get`/`put` by `audio_key`, `save` at the end.
+
+    An SQLite file per source, read and written a row at a time, so a check of any length
+    holds none of it in memory. Each clip's facts are their own short transaction
+    (write-ahead log, no fsync: a cache lost to a power cut is decoded again), so a killed
+    check keeps what it decoded and processes checking the same data do not wait long on
+    each other."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.facts: dict[str, dict[str, Any]] = {}
         self.hits = 0
         self._lock = threading.Lock()  # the check decodes in threads
+        self._db = None
         try:
-            with path.open(encoding="utf-8") as f:
-                for line in f:
-                    entry = json.loads(line)
-                    if entry.get("format") == FORMAT:
-                        self.facts[entry["key"]] = entry["facts"]
-        except (OSError, ValueError, KeyError):
-            self.facts = {}  # no cache yet, or one that cannot be read: decode afresh
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                path, check_same_thread=False, timeout=30, isolation_level=None
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=OFF")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, format INTEGER, "
+                "facts TEXT)"
+            )
+        except (OSError, sqlite3.Error) as e:  # a cache that cannot be opened: decode, say so
+            log.warning("the data check's cache %s cannot be used: %s", path, e)
+            self._db = None
 
     @classmethod
     def for_source(cls, source: Path | str) -> FactsCache:
@@ -65,32 +78,43 @@ class FactsCache:
 
         where = os.path.abspath(os.path.expanduser(str(source)))
         name = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-        return cls(cache_dir() / "data-checks" / f"{name}.jsonl")
+        return cls(cache_dir() / "data-checks" / f"{name}.sqlite")
 
     def get(self, key: str | None) -> dict[str, Any] | None:
-        if key is None:
+        if key is None or self._db is None:
             return None
-        found = self.facts.get(key)
-        if found is not None:
-            with self._lock:
-                self.hits += 1
-        return found
+        with self._lock:
+            try:
+                found = self._db.execute(
+                    "SELECT facts FROM facts WHERE key = ? AND format = ?", (key, FORMAT)
+                ).fetchone()
+            except sqlite3.Error:
+                return None
+            if found is None:
+                return None
+            self.hits += 1
+        return json.loads(found[0])
 
     def put(self, key: str | None, facts) -> None:
-        if key is not None:
-            with self._lock:
-                self.facts[key] = dataclasses.asdict(facts)
+        if key is None or self._db is None:
+            return
+        body = json.dumps(dataclasses.asdict(facts))
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO facts VALUES (?, ?, ?)", (key, FORMAT, body)
+                )
+            except sqlite3.Error as e:
+                log.warning("the data check's cache %s was not written: %s", self.path, e)
+                self._db = None
 
     def save(self) -> None:
-        """Write the facts aside and rename into place (a run killed mid-write loses only
-        the cache). A cache that cannot be written is a warning, never a failed check."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("w", encoding="utf-8") as f:
-                for key, facts in self.facts.items():
-                    f.write(json.dumps({"format": FORMAT, "key": key, "facts": facts}) + "\n")
-            os.replace(tmp, self.path)
-        except OSError as e:
-            log.warning("the data check's cache %s was not written: %s", self.path, e)
-            tmp.unlink(missing_ok=True)
+        """Close the cache (every clip's facts are written as they come)."""
+        if self._db is None:
+            return
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.Error as e:
+                log.warning("the data check's cache %s was not closed: %s", self.path, e)
+            self._db = None

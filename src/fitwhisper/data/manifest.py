@@ -105,7 +105,7 @@ class Manifest:
 
     path: Path
     format: str  # json | jsonl | csv | tsv | audiofolder | datasets | subtitled
-    rows: list[Row]
+    rows: list[Row]  # or a one-pass iterator: load_manifest(lazy=True)
     audio_column: str
     text_column: str
     language_column: str | None
@@ -128,6 +128,7 @@ def load_manifest(
     text_column: str | None = None,
     language_column: str | None = "language",
     audio_dir: str | os.PathLike | None = None,
+    lazy: bool = False,
 ) -> Manifest:
     """Read a manifest's rows (no audio is read).
 
@@ -137,6 +138,8 @@ def load_manifest(
         text_column: column with the transcript; None picks the first of `TEXT_COLUMNS`.
         language_column: optional per-row language column; ignored when absent.
         audio_dir: the folder relative audio paths resolve against (None: the manifest's).
+        lazy: `rows` a one-pass iterator, each row read when it is reached (memory that
+            does not grow with the rows; a `save_to_disk` folder is read whole even so).
 
     Raises:
         DataError: no such file, not a manifest, no rows, or the named columns are absent.
@@ -156,7 +159,7 @@ def load_manifest(
 
         fmt, base, records = source_records(spec)
         where, base = Path(spec.location).expanduser(), _base(audio_dir, base)
-        return _build(where, fmt, records, base, audio_column, text_column, language_column)
+        return _build(where, fmt, records, base, audio_column, text_column, language_column, lazy)
     p = Path(spec.location).expanduser()
     if not p.exists():
         raise DataError(f"manifest {p} not found", hint=_FORMATS_HINT)
@@ -166,10 +169,10 @@ def load_manifest(
             hint=_FORMATS_HINT + "; save a stream to a file first",
         )
     if p.is_dir():
-        return _load_folder(p, audio_column, text_column, language_column, audio_dir)
+        return _load_folder(p, audio_column, text_column, language_column, audio_dir, lazy)
     fmt, records = _file_records(p)
     base = _base(audio_dir, p.parent)
-    return _build(p, fmt, records, base, audio_column, text_column, language_column)
+    return _build(p, fmt, records, base, audio_column, text_column, language_column, lazy)
 
 
 def _base(audio_dir: str | os.PathLike | None, default: Path) -> Path:
@@ -350,6 +353,7 @@ def _load_folder(
     text_column: str | None,
     language_column: str | None,
     audio_dir: str | os.PathLike | None,
+    lazy: bool = False,
 ) -> Manifest:
     if (folder / "dataset_info.json").is_file() or (folder / "state.json").is_file():
         return _load_saved_dataset(folder, audio_column, text_column, language_column)
@@ -375,6 +379,7 @@ def _load_folder(
                 audio_column,
                 text_column,
                 language_column,
+                lazy,
             )
     subtitled = _load_subtitled(folder)
     if subtitled is not None:
@@ -516,11 +521,13 @@ def _build(
     audio_column: str | None,
     text_column: str | None,
     language_column: str | None,
+    lazy: bool = False,
 ) -> Manifest:
     records = iter(records)
     head = list(itertools.islice(records, _COLUMN_SAMPLE_ROWS))
     maker = RowMaker.for_records(head, path, base, audio_column, text_column, language_column)
-    rows = [maker.row(i, *record) for i, record in enumerate(itertools.chain(head, records))]
+    rows = (maker.row(i, *record) for i, record in enumerate(itertools.chain(head, records)))
+    rows = rows if lazy else list(rows)
     return Manifest(path, fmt, rows, maker.audio_col, maker.text_col, maker.lang_col, maker.columns)
 
 

@@ -82,7 +82,7 @@ def tune(
         settle_stale_trials,
         storage_for,
     )
-    from fitwhisper.tune.trials import Objective
+    from fitwhisper.tune.trials import Objective, SurplusTrial
 
     _check(model_cfg, data_cfg, train_cfg, tune_cfg, ranks.world_size())
     # The method's recipe and the epochs for this much data first (recipes.py), as `train`
@@ -143,6 +143,7 @@ def tune(
             explicit,
             _memory_budget(train_cfg),
             folds,
+            n_trials=tune_cfg.n_trials,
         )
         states = tuple(getattr(optuna.trial.TrialState, s) for s in COUNTED_STATES)
         study.optimize(
@@ -153,6 +154,7 @@ def tune(
                 keep_best_finals(tune_cfg.keep_best),
             ],
             gc_after_trial=True,
+            catch=(SurplusTrial,),
         )
     else:
         log.info("the study already holds %d counted trials", counted(study))

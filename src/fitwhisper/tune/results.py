@@ -176,7 +176,9 @@ def trials_table(study) -> str:
     parameters' importances when Optuna can tell them."""
     import optuna
 
-    trials = study.get_trials(deepcopy=False)
+    from fitwhisper.tune.study import SURPLUS
+
+    trials = [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SURPLUS)]
     names = sorted(
         {k for t in trials for k in t.params}
         | {k for t in trials for k in t.user_attrs.get("own", {})}

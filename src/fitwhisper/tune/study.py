@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 # Trials that count towards --n_trials; a failed (killed, crashed) trial does not.
 COUNTED_STATES = ("COMPLETE", "PRUNED")
+SURPLUS = "surplus"  # a trial's user attribute: asked for after --n_trials were claimed
 STALE_AFTER_HEARTBEATS = 3
 
 
@@ -121,6 +122,18 @@ def _told(judging: dict) -> str:
 def counted(study) -> int:
     """Trials that count towards --n_trials: finished or pruned."""
     return sum(t.state.name in COUNTED_STATES for t in study.get_trials(deepcopy=False))
+
+
+def claimed_before(study, number: int) -> int:
+    """Trials numbered before `number` that count or will (finished, pruned, or running in
+    some process): the storage numbers trials in the order they are asked for, so of
+    several processes sharing a study, exactly those whose trial comes after --n_trials
+    claimed ones find it full."""
+    claims = (*COUNTED_STATES, "RUNNING")
+    return sum(
+        t.number < number and t.state.name in claims and not t.user_attrs.get(SURPLUS)
+        for t in study.get_trials(deepcopy=False)
+    )
 
 
 def settle_stale_trials(study, heartbeat_s: int) -> None:

@@ -33,6 +33,10 @@ def trial_dir(study_dir: Path, number: int) -> Path:
     return study_dir / TRIALS_DIR / f"trial-{number:03d}"
 
 
+class SurplusTrial(Exception):
+    """A trial asked for after the study's --n_trials were claimed (Objective)."""
+
+
 @dataclasses.dataclass
 class Objective:
     """What Optuna calls once per trial: the held-out error of a run with its parameters."""
@@ -46,14 +50,26 @@ class Objective:
     explicit: set[str]
     budget_bytes: int | None  # GPU memory a trial must fit; None: not checked (no GPU)
     folds: list[Fold] = dataclasses.field(default_factory=list)  # --folds; none: eval_manifest
+    n_trials: int = 1 << 30  # --n_trials: a trial asked for beyond them is not run
     calls: int = 0  # trials this process ran (the study may hold other processes' too)
 
     def __call__(self, trial) -> float:
-        self.calls += 1
         import optuna
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
         from fitwhisper.train import train
+        from fitwhisper.tune.study import SURPLUS, claimed_before
+
+        # Other processes on the study may have claimed the last trials since this one
+        # asked: it stops here, recorded as surplus (failed, not counted, not listed).
+        if claimed_before(trial.study, trial.number) >= self.n_trials:
+            trial.set_user_attr(SURPLUS, True)
+            trial.study.stop()
+            raise SurplusTrial(
+                f"trial {trial.number} not run: the study's {self.n_trials} trials are "
+                "claimed by the processes sharing it"
+            )
+        self.calls += 1
 
         # A retried trial (its process was killed) carries on in the killed one's folder.
         frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
