@@ -203,7 +203,7 @@ def _input_rate(folder: Path, model: Path, workers: int, clips: int = 1200) -> f
     items = SpeechDataset([], processor)
     ds = StreamedClips(
         source.units,
-        source.rows,
+        [source.rows],
         lambda row, audio, rng: items.item(row, audio, rng),
         functools.partial(row_problems, cfg=DataConfig(), tokenizer=processor.tokenizer),
         seed=0,
