@@ -119,9 +119,34 @@ def _request(opts: PlanOptions):
             "device",
         )
     }
+    fields.update(_index_lengths(opts))
     return MemoryRequest(
         **fields, precision=precision, lora_target_modules=tuple(opts.lora_target_modules)
     )
+
+
+def _index_lengths(opts: PlanOptions) -> dict:
+    """--max_audio_len and --max_label_tokens from --data's index, where it is shorter."""
+    import logging
+
+    from fitwhisper.data.sources.units import index_lengths
+    from fitwhisper.errors import ConfigError
+
+    if not opts.data:
+        return {}
+    lengths = index_lengths(opts.data)
+    if lengths is None:
+        raise ConfigError(
+            f"--data {opts.data} has no index (shards.json) to read lengths from",
+            hint=f"write it as shards first: fitwhisper shard {opts.data} SHARDS, then plan "
+            "with --data SHARDS; or leave --data out and set --max_audio_len and "
+            "--max_label_tokens",
+        )
+    logging.getLogger(__name__).info(lengths.describe(opts.data))
+    found = {"max_audio_len": min(opts.max_audio_len, lengths.longest_s)}
+    if lengths.label_tokens_at_most is not None:
+        found["max_label_tokens"] = min(opts.max_label_tokens, lengths.label_tokens_at_most)
+    return found
 
 
 def _budget(opts: PlanOptions) -> int:

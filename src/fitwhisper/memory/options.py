@@ -70,6 +70,16 @@ class PlanOptions:
         "max_label_tokens",
         " Batches are padded to their longest transcript, so this is the worst case.",
     )
+    data: str | None = field(
+        default=None,
+        metadata={
+            "path": "any",
+            "metavar": "SHARDS",
+            "help": "A folder made by `fitwhisper shard`: its index's longest clip and "
+            "longest transcript (a bound on its tokens) replace --max_audio_len and "
+            "--max_label_tokens where they are shorter. Nothing in the shards is read.",
+        },
+    )
     attn_implementation: Literal["sdpa", "eager"] = same_as(TrainConfig, "attn_implementation")
     device: Literal["cuda", "cpu"] = field(
         default="cuda",

@@ -134,3 +134,45 @@ def index_summary(location: str) -> dict | None:
     """A shard folder's shards.json (clips, hours, durations), None for other sources."""
     path = Path(location).expanduser() / "shards.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+# Whisper's byte-level BPE spends at least one byte per token, so a transcript of B UTF-8
+# bytes is at most B tokens, plus the label's special tokens (start, language, task,
+# no-timestamps, end).
+LABEL_SPECIAL_TOKENS = 5
+
+
+@dataclass(frozen=True)
+class IndexLengths:
+    """What a shard folder's index says of its longest clip and transcript, for planning
+    memory without reading the data."""
+
+    clips: int
+    longest_s: float
+    label_tokens_at_most: int | None  # None: an index written before transcripts were measured
+
+    def describe(self, location: str) -> str:
+        labels = (
+            f"transcripts of at most {self.label_tokens_at_most} tokens (their UTF-8 bytes "
+            f"and {LABEL_SPECIAL_TOKENS} special tokens)"
+            if self.label_tokens_at_most is not None
+            else "transcript lengths not recorded (write the shards again to have them)"
+        )
+        return (
+            f"lengths from the index of {location}: {self.clips:,} clips, the longest "
+            f"{self.longest_s:.2f} s; {labels}"
+        )
+
+
+def index_lengths(location: str) -> IndexLengths | None:
+    """The longest clip and transcript a shard folder's index records, or None for a
+    source without one."""
+    summary = index_summary(location)
+    if not summary:
+        return None
+    text = summary.get("transcript_bytes")
+    return IndexLengths(
+        clips=summary["clips"],
+        longest_s=summary["durations_s"]["max"],
+        label_tokens_at_most=None if text is None else text["max"] + LABEL_SPECIAL_TOKENS,
+    )

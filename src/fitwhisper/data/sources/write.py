@@ -89,6 +89,7 @@ def write_shards(
     limit = max(1, int(shard_mb * 1e6))
     index_tmp = out / (INDEX_FILE + ".partial")
     durations: list[float] = []
+    text_bytes: list[int] = []  # each transcript's UTF-8 bytes: a bound on its tokens
     languages: Counter = Counter()
     with index_tmp.open("wb") as index:
         for group in _groups(_clips(manifest, summary), limit):
@@ -101,6 +102,7 @@ def write_shards(
             for entry in entries:
                 index.write((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
                 durations.append(entry["duration"])
+                text_bytes.append(len((entry.get("text") or "").encode("utf-8")))
                 languages[entry.get("language") or "unknown"] += 1
             seconds = sum(c.duration_s for c in group)
             summary.shards.append(
@@ -123,7 +125,8 @@ def write_shards(
         )
     (out / SUMMARY_FILE).write_text(
         json.dumps(
-            _summary_record(summary, durations, languages, sort_by_duration, source), indent=2
+            _summary_record(summary, durations, text_bytes, languages, sort_by_duration, source),
+            indent=2,
         )
         + "\n"
     )
@@ -274,9 +277,14 @@ def _write_tar(path: Path, clips: list[_Clip]) -> list[dict]:
 
 
 def _summary_record(
-    summary: ShardSummary, durations: list[float], languages: Counter, sort: bool, source: str
+    summary: ShardSummary,
+    durations: list[float],
+    text_bytes: list[int],
+    languages: Counter,
+    sort: bool,
+    source: str,
 ) -> dict:
-    d = np.asarray(durations)
+    d, b = np.asarray(durations), np.asarray(text_bytes)
     return {
         "format": FORMAT,
         "source": source,
@@ -288,6 +296,11 @@ def _summary_record(
             "p50": round(float(np.percentile(d, 50)), 3),
             "p90": round(float(np.percentile(d, 90)), 3),
             "max": round(float(d.max()), 3),
+        },
+        "transcript_bytes": {
+            "p50": int(np.percentile(b, 50)),
+            "p90": int(np.percentile(b, 90)),
+            "max": int(b.max()),
         },
         "languages": dict(languages.most_common()),
         "sorted_by_duration": sort,
