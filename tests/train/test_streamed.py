@@ -313,3 +313,24 @@ def test_a_mix_of_two_shard_sources_trains_and_its_record_lists_each(
     assert main([*argv, "--train_mix", str(manifest)]) == 1
     err = capsys.readouterr().err
     assert f"{manifest} is a manifest, which is read whole" in err and "fitwhisper shard" in err
+
+
+def test_auto_fit_plans_a_streamed_run_at_the_lengths_its_index_records(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    from fitwhisper.config import DataConfig, TrainConfig
+    from fitwhisper.train.streamed import planning_lengths
+
+    rows = make.speech_rows(shared_data, 4)
+    source = make.jsonl_manifest(rows, tmp_path / "m.jsonl")
+    assert main(["shard", str(source), str(tmp_path / "shards"), "-q"]) == 0
+    summary = json.loads((tmp_path / "shards" / "shards.json").read_text())
+
+    cfg = TrainConfig(train_manifest=str(tmp_path / "shards"))
+    planned, said = planning_lengths(DataConfig(), cfg)
+    assert planned.max_audio_len == summary["durations_s"]["max"] < 30
+    assert planned.max_label_tokens == summary["transcript_bytes"]["max"] + 5 < 448
+    assert "lengths from the shard index" in said
+    # A manifest has no index: the options stand.
+    unchanged, said = planning_lengths(DataConfig(), TrainConfig(train_manifest=str(source)))
+    assert unchanged == DataConfig() and said == ""

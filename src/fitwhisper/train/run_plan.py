@@ -278,8 +278,13 @@ def _apply_memory_plan(
     if not (train_cfg.plan or train_cfg.auto_fit):
         return model_cfg, train_cfg
     from fitwhisper.memory.fit import resolve_plan
+    from fitwhisper.train.streamed import planning_lengths
 
     why["memory"] = f"--plan {train_cfg.plan}" if train_cfg.plan else "--auto_fit"
+    if train_cfg.auto_fit:
+        data_cfg, said = planning_lengths(data_cfg, train_cfg)
+        if said:
+            why["memory"] += f", {said}"
     return resolve_plan(model_cfg, data_cfg, train_cfg, explicit)
 
 

@@ -108,6 +108,29 @@ def open_stream(data_cfg: DataConfig, cfg: TrainConfig):
     )
 
 
+def planning_lengths(data_cfg: DataConfig, cfg: TrainConfig) -> tuple[DataConfig, str]:
+    """`data_cfg` with --max_audio_len and --max_label_tokens lowered to what the training
+    sources' indexes record (every source needs one), for planning memory only; and how it
+    was decided ("" when unchanged)."""
+    from fitwhisper.data.sources.units import index_lengths
+
+    try:
+        found = [index_lengths(spec.location) for spec in sources(cfg)]
+    except ConfigError:
+        return data_cfg, ""
+    if not found or None in found:
+        return data_cfg, ""
+    audio = min(data_cfg.max_audio_len, max(f.longest_s for f in found))
+    labels = [f.label_tokens_at_most for f in found]
+    tokens = (
+        data_cfg.max_label_tokens if None in labels else min(data_cfg.max_label_tokens, max(labels))
+    )
+    return (
+        dataclasses.replace(data_cfg, max_audio_len=audio, max_label_tokens=tokens),
+        f"lengths from the shard index (clips up to {audio:.1f} s, labels up to {tokens} tokens)",
+    )
+
+
 def report(source, cfg: TrainConfig) -> dict:
     """What data_report.json records for a streamed training source: each source of a mix
     with its weight, share, shards, clips and hours (from its index where it has one)."""
