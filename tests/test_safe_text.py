@@ -162,3 +162,49 @@ def test_error_messages_show_control_and_bidi_characters_as_escapes(tmp_path: Pa
     assert "\x1b" not in err and "\u202e" not in err
     assert "run\\x1b[2J\\u202eevil" in err
     assert terminal_text("a\u2028b\x85c\ud800") == "a\\u2028b\\x85c\\ud800"
+
+
+def test_hostile_transcripts_train_evaluate_and_report_and_every_output_parses_back(
+    tiny_whisper_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """The corpus as a manifest's transcripts, through `train` (with held-out scoring, its
+    data report and model card), `evaluate` and `report`: no crash, every row counted
+    (used or skipped with its reason), every JSON, JSONL and CSV output read back whole."""
+    rows = [
+        {"audio": str(write_tone(tmp_path / f"c{i}.wav", 0.5, freq=300.0 + 20 * i)), "text": s}
+        for i, s in enumerate(HOSTILE)
+    ]
+    manifest = tmp_path / "hostile.jsonl"
+    manifest.write_text("".join(json_text(r) + "\n" for r in rows), encoding="utf-8")
+    run = tmp_path / "run"
+    argv = ["train", "--model", str(tiny_whisper_dir), "--train_manifest", str(manifest),
+            "--eval_manifest", str(manifest), "--output_dir", str(run), "--max_steps", "1",
+            "--per_device_train_batch_size", "4", "--bad_rows", "skip",
+            "--generation_max_length", "8", "--report_to", "none", "-q"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    evaluated = tmp_path / "eval"
+    argv = ["evaluate", str(run / "final"), str(manifest), "--bad_rows", "skip",
+            "--generation_max_length", "8", "--output_dir", str(evaluated), "-q"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert main(["report", str(run)]) == 0, capsys.readouterr().err
+
+    for folder in (run, run / "eval", evaluated):
+        for path in folder.glob("*.json"):
+            json.loads(path.read_text(encoding="utf-8"))
+        for path in folder.glob("*.jsonl"):
+            text = path.read_text(encoding="utf-8")
+            assert text.split("\n")[:-1] == text.splitlines(), path  # no hidden line break
+            [json.loads(line) for line in text.splitlines()]
+        for path in folder.glob("*.csv"):
+            with path.open(encoding="utf-8", newline="") as f:
+                assert len(list(csv.DictReader(f))) >= 1, path
+    # Every row is accounted for: scored, or skipped by the data check with its reason (the
+    # lone surrogate is no UTF-8 text; the 100,000-character line is too long a label).
+    metrics = json.loads((evaluated / "metrics.json").read_text(encoding="utf-8"))
+    scored = (evaluated / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(scored) == metrics["n_utterances"]
+    assert metrics["n_utterances"] + metrics["skipped_rows"] == len(HOSTILE)
+    reasons = sorted(s.split()[1] for s in metrics["skipped"])
+    assert reasons == ["bad_encoding", "label_too_long"], metrics["skipped"]
+    (run / "final" / "README.md").read_text(encoding="utf-8")
+    (run / "report.html").read_text(encoding="utf-8")

@@ -22,6 +22,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -708,8 +709,13 @@ def _has_surrogates(text: str) -> bool:
     return False
 
 
+# Surrogates that stand for no byte: a JSON "\ud800" escape, not an undecodable byte.
+_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def _repair(text: str) -> str:
-    """Undecodable bytes (kept as surrogates) shown as U+FFFD."""
+    """Undecodable bytes (kept as surrogates) and lone surrogates shown as U+FFFD."""
     if not _has_surrogates(text):
         return text
+    text = _LONE_SURROGATE.sub("\ufffd", text)
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
