@@ -398,3 +398,90 @@ def test_any_number_is_kept_or_refused_naming_its_option(case, number) -> None:
         with pytest.raises(ConfigError) as e:
             build_config(cls, args)
         assert e.value.message.startswith(f"{flag_name(f)} must be ")
+
+
+# --- the same walk through `tune --search` and a YAML config ---------------------------------
+
+CARELESS = ["0", "-1", str(10**12), "", "nan", "inf", "-inf", "x"]
+
+
+def _walk_refusals(cases, capsys) -> tuple[list[str], int]:
+    """Run each (argv, name to see or None, must refuse); the failures, and how many were
+    refused."""
+    failures, refused = [], 0
+    for argv, named, must_refuse in cases:
+        code, err = _run(argv, capsys)
+        message = err.split("\n\nhint:")[0]
+        what = f"{' '.join(map(str, argv))[-160:]} -> {code}: {err.strip()[:300]!r}"
+        if "Traceback" in err or code not in (1, "work"):
+            failures.append(f"not one paragraph and exit 1 or work: {what}")
+        elif code == 1:
+            refused += 1
+            if named not in message or "\n\n" in message:
+                failures.append(f"refused without {named} named in one paragraph: {what}")
+        elif must_refuse:
+            failures.append(f"not refused: {what}")
+    return failures, refused
+
+
+def test_every_search_name_and_every_config_file_number_with_careless_values(
+    inputs, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`tune --search NAME=VALUE` for every searchable option, and every number option of
+    `train` set in a YAML config instead of on the command line, with the values
+    careless users type: taken, or refused before any model loads in one paragraph naming
+    the spec or the option; a value the option itself refuses is refused here too."""
+    import functools
+    import importlib
+
+    import yaml
+
+    import fitwhisper.cli as cli
+    from fitwhisper.cli import train as train_cli
+    from fitwhisper.tune.space import SEARCHABLE
+
+    for module, name in WORK:
+        monkeypatch.setattr(importlib.import_module(module), name, _stop)
+    monkeypatch.setattr(cli, "build_parser", functools.cache(build_parser))
+    fields = {
+        f.name: (f, typing.get_type_hints(cls)[f.name])
+        for cls in train_cli.SECTIONS.values()
+        for f in dataclasses.fields(cls)
+    }
+    cases = []
+    for name in SEARCHABLE:
+        f, hint = fields[name]
+        for text in CARELESS:
+            kind = _number_kind(hint)
+            try:
+                bad = kind is not None and field_problem(f, hint, kind(text)) is not None
+            except ValueError:
+                bad = True
+            argv = _argv("tune", {**_base("tune", inputs), "search": f"{name}={text}"})
+            cases.append((argv, f"--search {name}={text}", bad))
+
+    config = inputs["root"].parent / "careless.yaml"
+    # What YAML reads into another type than the command line does; the ranges themselves
+    # are the command-line walk's.
+    yaml_values = [-1, 10**12, "", float("nan"), "x"]
+    # train's: tune reads its config file by the same code (cli/flags.py load_config_file).
+    for command in ("train",):
+        for section, cls in train_cli.SECTIONS.items():
+            for f in dataclasses.fields(cls):
+                hint = typing.get_type_hints(cls)[f.name]
+                kind = _number_kind(hint)
+                if kind is None or f.metadata.get("count"):
+                    continue
+                for value in yaml_values:
+                    path = config.with_name(f"{command}-{section}-{f.name}-{len(cases)}.yaml")
+                    path.write_text(yaml.safe_dump({section: {f.name: value}}))
+                    if isinstance(value, str) or (kind is int and isinstance(value, float)):
+                        bad = True
+                    else:
+                        bad = field_problem(f, hint, kind(value)) is not None
+                    argv = _argv(command, {**_base(command, inputs), "config": str(path)})
+                    # Named as the file has it (a wrong type) or as its flag (out of range).
+                    cases.append((argv, f.name, bad))
+    failures, refused = _walk_refusals(cases, capsys)
+    print(f"walked {len(cases)} --search and config-file cases; {refused} refused")
+    assert not failures, "\n".join(failures[:20]) + f"\n({len(failures)} in all)"

@@ -93,6 +93,7 @@ def tune(
     train_cfg, _ = with_epochs_for_data(train_cfg, rows, 1, explicit)
     explicit = set(explicit or ()) | set(RECIPE_OPTIONS)
     space, fixed = search_space(model_cfg, train_cfg, tune_cfg)
+    _check_fixed(model_cfg, data_cfg, train_cfg, fixed, explicit, tune_cfg)
     study_dir = Path(train_cfg.output_dir)
     claim_folder(study_dir, "tune")
     # Optuna logs a failed trial with its traceback; the error itself reaches the user as
@@ -230,6 +231,26 @@ def _check(model_cfg, data_cfg, train_cfg: TrainConfig, tune_cfg: TuneConfig, wo
     check_outputs([study], train_inputs(model_cfg, data_cfg, train_cfg))
     probe = dataclasses.replace(train_cfg, output_dir=str(Path(train_cfg.output_dir) / "trials"))
     validate(model_cfg, data_cfg, probe)
+
+
+def _check_fixed(model_cfg, data_cfg, train_cfg, fixed: dict, explicit, tune_cfg) -> None:
+    """The options with the values `--search NAME=VALUE` fixes, checked as `train` checks
+    them, before the first trial (a value fine alone may conflict with another option:
+    num_train_epochs=0 without --max_steps)."""
+    from fitwhisper.train.validation import validate
+    from fitwhisper.tune.trials import options_for
+
+    if not fixed:
+        return
+    fixed_model, fixed_train = options_for(
+        model_cfg, train_cfg, fixed, set(explicit), judged_in_training=tune_cfg.folds <= 1
+    )
+    probe = dataclasses.replace(fixed_train, output_dir=str(Path(train_cfg.output_dir) / "trials"))
+    try:
+        validate(fixed_model, data_cfg, probe)
+    except ConfigError as e:
+        said = ", ".join(f"--search {k}={v}" for k, v in fixed.items())
+        raise ConfigError(f"with {said}: {e.message}", hint=e.hint) from e
 
 
 def _memory_budget(train_cfg: TrainConfig) -> int | None:
