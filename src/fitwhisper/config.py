@@ -306,6 +306,19 @@ class TrainConfig:
             "shard folder's index whole (every batching option then works)."
         },
     )
+    check: str = field(
+        default="full",
+        metadata={
+            "help": "The data check of training data read whole: full decodes every clip "
+            "before the first step (once per content: later runs read the check's cache). "
+            "sample:N decodes N rows drawn at random and reads only the others' headers "
+            "(missing files, lengths, transcripts are still checked); a clip of those that "
+            "fails when training loads it is replaced by the next one, logged and counted in "
+            "data_report.json. Held-out, rehearsal and regression rows are always checked "
+            "in full; streamed data is checked clip by clip as it is read.",
+            "metavar": "full|sample:N",
+        },
+    )
     eval_manifest: str | None = field(
         default=None,
         metadata={

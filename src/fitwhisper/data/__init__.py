@@ -6,7 +6,9 @@
 - `audio`: any audio file to 16 kHz mono float32 (soundfile, PyAV, soxr)
 - `check`: every row's audio and transcript checked before training (`check-data`)
 - `check_cache`: each clip's audio facts kept, so the check decodes a clip once per content
+- `clip_facts`: what the check keeps of a decoded clip, and the problems its samples show
 - `usable`: the checked, usable rows of a manifest, the one way every command reads data
+- `late_check`: rows a sampled check read by header only, checked as training loads them
 - `segments`: timed segments of a long recording (a manifest's `segments`, offsets), and
   their problems for the check
 - `subtitles`: SRT and WebVTT files read as segments; folders of subtitled recordings

@@ -8,20 +8,33 @@ content hash; nothing is kept but a few numbers per row, so memory stays flat.
 from __future__ import annotations
 
 import csv
-import hashlib
 import itertools
 import logging
+import random
+import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
 from fitwhisper.config import DataConfig
-from fitwhisper.data.audio import AudioDecodeError, load_audio_with_info, load_span_with_info
+from fitwhisper.data.audio import (
+    AudioDecodeError,
+    load_audio_with_info,
+    load_span_with_info,
+    probe_audio,
+)
 from fitwhisper.data.check_cache import FactsCache, audio_key
+from fitwhisper.data.clip_facts import (
+    CLIPPED_LEVEL,
+    CLIPPED_SHARE,
+    SILENCE_PEAK,
+    AudioFacts,
+    Problem,
+    content_problems,
+    facts,
+)
 from fitwhisper.data.manifest import BAD_ENCODING, MISSING_FIELD, UNPARSABLE_ROW, Manifest, Row
 from fitwhisper.data.segments import SEGMENT_PROBLEMS, TOLERANCE_S, segment_problems
 from fitwhisper.errors import ConfigError, DataError
@@ -30,14 +43,10 @@ from fitwhisper.whisper_facts import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 
-SILENCE_PEAK = 1e-4  # peak |sample| below this (-80 dBFS) counts as a silent clip
-# A clip is clipped when more than CLIPPED_SHARE of its samples sit at full scale
-# (|x| >= CLIPPED_LEVEL; int16's 32767 is 0.99997). Speech peaks touch full scale now and
-# then; one sample in a hundred there is distortion a listener hears.
-CLIPPED_LEVEL = 0.999
-CLIPPED_SHARE = 0.01
 _DECODE_THREADS = 2  # libsndfile, FFmpeg and soxr release the GIL while they work
 _CHUNK_ROWS = 64  # rows in flight at once: bounds memory however long the manifest
+# `train --check sample:N` decodes the same N rows of the same data in every run.
+SAMPLE_SEED = 0
 
 # Every problem a row can have, in report order, with what it means.
 PROBLEMS: dict[str, str] = {
@@ -65,12 +74,6 @@ PROBLEMS: dict[str, str] = {
 WARNINGS = frozenset({"clipped_audio", "segment_too_long"})
 
 
-@dataclass(frozen=True)
-class Problem:
-    kind: str  # a key of PROBLEMS
-    detail: str
-
-
 @dataclass
 class RowResult:
     """What the check found for one row."""
@@ -82,6 +85,7 @@ class RowResult:
     channels: int | None = None
     duration_s: float | None = None
     label_tokens: int | None = None
+    decoded: bool = True  # False: only its header was read (`--check sample:N`)
 
     @property
     def ok(self) -> bool:
@@ -243,7 +247,11 @@ class ReportWriter:
 
 
 def check_manifest(
-    manifest: Manifest, data_cfg: DataConfig, tokenizer=None, progress: bool = True
+    manifest: Manifest,
+    data_cfg: DataConfig,
+    tokenizer=None,
+    progress: bool = True,
+    decode: frozenset[int] | None = None,
 ) -> CheckReport:
     """Check every row of `manifest` against `data_cfg`.
 
@@ -252,24 +260,32 @@ def check_manifest(
         data_cfg: min/max clip length and the label token limit.
         tokenizer: the model's Whisper tokenizer; without it label lengths are not checked.
         progress: show a progress bar (only when `fitwhisper.logs.progress_enabled()`).
+        decode: the rows whose audio is decoded (`checked_rows`); None: every row.
 
     Returns:
         A `CheckReport`; nothing is raised for bad rows (see `apply_bad_row_policy`).
     """
-    results = list(checked_rows(manifest, data_cfg, tokenizer, progress))
+    results = list(checked_rows(manifest, data_cfg, tokenizer, progress, decode))
     return CheckReport(manifest, results, data_cfg, labels_checked=tokenizer is not None)
 
 
 def checked_rows(
-    manifest: Manifest, data_cfg: DataConfig, tokenizer=None, progress: bool = True
+    manifest: Manifest,
+    data_cfg: DataConfig,
+    tokenizer=None,
+    progress: bool = True,
+    decode: frozenset[int] | None = None,
 ) -> Iterator[RowResult]:
     """Each row's result as it is checked (`check_manifest`'s rules), in order. Holds a few
     rows in flight and each clip's content hash (for duplicates), so a check that writes
     its results out as they come (`check-data`) needs memory that does not grow with the
-    rows; `manifest.rows` may be a one-pass iterator (`load_manifest(lazy=True)`)."""
+    rows; `manifest.rows` may be a one-pass iterator (`load_manifest(lazy=True)`).
+
+    `decode`: the rows (`Row.index`) whose audio is decoded, the others' headers read
+    (`sampled_rows`); None decodes every row. A clip the cache knows is never decoded."""
     from fitwhisper.logs import progress_enabled
 
-    seen_audio: dict[str, tuple[str, int]] = {}  # content hash -> (where, text hash) of the first
+    seen_audio = FirstByContent()
     bar = None
     if progress and progress_enabled():
         from tqdm import tqdm
@@ -278,12 +294,14 @@ def checked_rows(
         bar = tqdm(total=total, desc="checking data", unit="row")
     cache = FactsCache.for_source(manifest.path)
 
-    def inspect(row: Row) -> _AudioFacts:
+    def inspect(row: Row) -> AudioFacts:
         key = audio_key(row.audio)
         if key is not None and row.offset_s is not None:  # a span's facts are its own
             key += f"|{row.offset_s}|{row.duration_s}"
         if (known := cache.get(key)) is not None:
-            return _AudioFacts(**{**known, "problem": _problem(known["problem"])})
+            return AudioFacts(**{**known, "problem": _problem(known["problem"])})
+        if decode is not None and row.index not in decode:
+            return _probe_audio(row)  # header facts: not what the cache keeps
         facts = _inspect_audio(row)
         cache.put(key, facts)
         return facts
@@ -309,6 +327,56 @@ def checked_rows(
             f"{cache.hits:,}",
             f"{rows:,}",
         )
+
+
+class FirstByContent:
+    """Each clip content's first usable row, (where, hash of its transcript), for telling
+    duplicates: kept in a temporary SQLite file (its page cache bounded), so a check of any
+    length holds none of it in memory. Read and written by the checking thread only."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("")  # "": a temporary file, removed when closed
+        self._db.execute("CREATE TABLE first (digest TEXT PRIMARY KEY, place BLOB, text INT)")
+
+    def get(self, digest: str) -> tuple[str, int] | None:
+        found = self._db.execute(
+            "SELECT place, text FROM first WHERE digest = ?", (digest,)
+        ).fetchone()
+        return None if found is None else (found[0].decode("utf-8", "surrogatepass"), found[1])
+
+    def put(self, digest: str, where: str, text: int) -> None:
+        # Bytes: a file name that is not UTF-8 holds surrogates, which SQLite's text refuses.
+        place = where.encode("utf-8", "surrogatepass")
+        self._db.execute("INSERT OR IGNORE INTO first VALUES (?, ?, ?)", (digest, place, text))
+
+    def __del__(self) -> None:
+        self._db.close()
+
+
+def sampled_rows(rows: int, size: int) -> frozenset[int]:
+    """The rows (positions) `--check sample:N` decodes: `size` of `rows` drawn at random,
+    the same ones in every run on the same data."""
+    if size >= rows:
+        return frozenset(range(rows))
+    return frozenset(random.Random(SAMPLE_SEED).sample(range(rows), size))
+
+
+def sample_size(check: str) -> int | None:
+    """`--check`'s N for `sample:N`, None for `full`.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if check == "full":
+        return None
+    kind, _, count = check.partition(":")
+    if kind == "sample" and count.isdigit() and int(count) > 0:
+        return int(count)
+    raise ConfigError(
+        f"--check {check!r} is neither full nor sample:N",
+        hint="pass --check full (decode every clip) or --check sample:N with N a positive "
+        "number of rows to decode, such as sample:1000",
+    )
 
 
 def _problem(kept: dict | None) -> Problem | None:
@@ -367,85 +435,80 @@ def apply_bad_row_policy(
 # --- one row ------------------------------------------------------------------------------
 
 
-@dataclass
-class _AudioFacts:
-    problem: Problem | None = None
-    sample_rate_hz: int | None = None
-    channels: int | None = None
-    duration_s: float | None = None
-    peak: float | None = None
-    digest: str | None = None
-    nonfinite: int = 0  # NaN or Inf samples
-    clipped_share: float = 0.0  # share of samples at full scale
-    span_past_end: str | None = None  # an offset/duration beyond the recording: how far
-
-
-def _inspect_audio(row: Row) -> _AudioFacts:
+def _inspect_audio(row: Row) -> AudioFacts:
     """Decode one clip (in a worker thread) and keep only numbers about it."""
     if row.audio is None:
-        return _AudioFacts()
+        return AudioFacts()
     if isinstance(row.audio, Path) and not row.audio.is_file():
-        return _AudioFacts(Problem("missing_file", f"{row.audio} not found"))
+        return AudioFacts(Problem("missing_file", f"{row.audio} not found"))
     past_end = None
     try:
         if row.offset_s is None:
             samples, info = load_audio_with_info(row.audio)
         else:  # the row's span only: rows pointing into one recording differ by their span
             samples, info = load_span_with_info(row.audio, row.offset_s, row.duration_s)
-            end = row.offset_s + (row.duration_s or 0.0)
-            if max(row.offset_s, end) > info.duration_s + TOLERANCE_S:
-                past_end = (
-                    f"offset {row.offset_s:g} s + duration {row.duration_s or 0:g} s > "
-                    f"the recording's {info.duration_s:.2f} s"
-                )
+            past_end = _past_end(row, info.duration_s)
             info = replace(info, duration_s=samples.size / SAMPLE_RATE)
     except AudioDecodeError as e:
-        return _AudioFacts(Problem("undecodable_audio", e.message))
+        return AudioFacts(Problem("undecodable_audio", e.message))
     except DataError as e:  # a path inside a dataset row that does not exist
-        return _AudioFacts(Problem("missing_file", e.message))
-    return _facts(samples, info, past_end)
+        return AudioFacts(Problem("missing_file", e.message))
+    return facts(samples, info, past_end)
+
+
+def _probe_audio(row: Row) -> AudioFacts:
+    """One clip's header (sample rate, channels, duration), for a row `--check sample:N`
+    does not decode. What only its samples show (silence, NaN, damage past the header) is
+    checked when training loads it (data/late_check.py)."""
+    if row.audio is None:
+        return AudioFacts(decoded=False)
+    if isinstance(row.audio, Path) and not row.audio.is_file():
+        return AudioFacts(Problem("missing_file", f"{row.audio} not found"), decoded=False)
+    try:
+        info = probe_audio(row.audio)
+    except AudioDecodeError as e:
+        return AudioFacts(Problem("undecodable_audio", e.message), decoded=False)
+    except DataError as e:
+        return AudioFacts(Problem("missing_file", e.message), decoded=False)
+    duration, past_end = info.duration_s, None
+    if row.offset_s is not None:
+        past_end = _past_end(row, info.duration_s)
+        rest = max(info.duration_s - row.offset_s, 0.0)
+        duration = rest if row.duration_s is None else min(row.duration_s, rest)
+    return AudioFacts(
+        sample_rate_hz=info.sample_rate_hz,
+        channels=info.channels,
+        duration_s=duration,
+        span_past_end=past_end,
+        decoded=False,
+    )
+
+
+def _past_end(row: Row, recording_s: float) -> str | None:
+    """How a row's offset/duration reaches past the end of its recording, or None."""
+    end = row.offset_s + (row.duration_s or 0.0)
+    if max(row.offset_s, end) <= recording_s + TOLERANCE_S:
+        return None
+    return (
+        f"offset {row.offset_s:g} s + duration {row.duration_s or 0:g} s > "
+        f"the recording's {recording_s:.2f} s"
+    )
 
 
 def row_problems(row: Row, samples, info, cfg: DataConfig, tokenizer) -> list[Problem]:
     """The problems (warnings left out) of one row whose audio is decoded: the checks of
     `check_manifest` but duplicates, for rows checked as they are trained on (streams)."""
     result = RowResult(row, row.id)
-    _check_row(result, _facts(samples, info), cfg, tokenizer, {})
+    _check_row(result, facts(samples, info), cfg, tokenizer, None)
     return [p for p in result.problems if p.kind not in WARNINGS]
-
-
-def _facts(samples: np.ndarray, info, past_end: str | None = None) -> _AudioFacts:
-    """Numbers about a decoded clip: all the check keeps of it."""
-    magnitude = np.abs(samples)
-    finite = np.isfinite(magnitude)
-    nonfinite = int(samples.size - np.count_nonzero(finite))
-    if nonfinite:
-        magnitude = magnitude[finite]  # the peak of the samples that are numbers
-    return _AudioFacts(
-        sample_rate_hz=info.sample_rate_hz,
-        channels=info.channels,
-        duration_s=info.duration_s,
-        peak=float(magnitude.max()) if magnitude.size else 0.0,
-        nonfinite=nonfinite,
-        span_past_end=past_end,
-        clipped_share=(
-            float(np.count_nonzero(magnitude >= CLIPPED_LEVEL)) / samples.size
-            if samples.size
-            else 0.0
-        ),
-        # Content, not path: the same clip copied or re-encoded losslessly is a duplicate.
-        digest=(
-            hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest() if samples.size else None
-        ),
-    )
 
 
 def _check_row(
     result: RowResult,
-    audio: _AudioFacts,
+    audio: AudioFacts,
     cfg: DataConfig,
     tokenizer,
-    seen_audio: dict[str, tuple[str, int]],
+    seen_audio: FirstByContent | None,  # None: duplicates not looked for
 ) -> None:
     row, add = result.row, result.problems.append
     if row.problem:
@@ -453,18 +516,15 @@ def _check_row(
     result.sample_rate_hz = audio.sample_rate_hz
     result.channels = audio.channels
     result.duration_s = audio.duration_s
+    result.decoded = audio.decoded
     if audio.problem:
         add(audio.problem)
     elif audio.duration_s is not None:
         d = audio.duration_s
         if audio.span_past_end:
             add(Problem("span_past_end", audio.span_past_end))
-        if audio.digest is None:
-            add(Problem("empty_audio", "0 samples"))
-        elif audio.nonfinite:
-            add(Problem("nonfinite_audio", f"{audio.nonfinite:,} NaN or Inf samples"))
-        elif audio.peak is not None and audio.peak < SILENCE_PEAK:
-            add(Problem("silent_audio", f"peak {audio.peak:.1e} < {SILENCE_PEAK:g}"))
+        if audio.decoded:
+            result.problems += content_problems(audio)
         if audio.clipped_share > CLIPPED_SHARE:
             add(
                 Problem(
@@ -473,7 +533,7 @@ def _check_row(
                     f"(|x| >= {CLIPPED_LEVEL:g}) > {CLIPPED_SHARE:.0%}",
                 )
             )
-        if audio.digest is not None and d < cfg.min_audio_len:
+        if (audio.digest is not None or not audio.decoded) and d < cfg.min_audio_len:
             add(Problem("too_short", f"{d:.2f} s < --min_audio_len {cfg.min_audio_len:g} s"))
         if d > cfg.max_audio_len and row.segments is None:
             add(Problem("too_long", f"{d:.2f} s > --max_audio_len {cfg.max_audio_len:g} s"))
@@ -495,12 +555,12 @@ def _check_row(
         add(Problem("empty_text", "the transcript is empty"))
     elif row.text and row.text.strip() and tokenizer is not None:
         _check_label(result, tokenizer, cfg)
-    if audio.digest is not None:
+    if audio.digest is not None and seen_audio is not None:
         # Only usable rows become "the first": a later good copy of a bad row is kept.
         first = seen_audio.get(audio.digest)
         text = hash((row.text or "").strip())
         if first is None and result.ok:
-            seen_audio[audio.digest] = (result.where, text)
+            seen_audio.put(audio.digest, result.where, text)
         elif first is not None:
             same_text = first[1] == text
             kind = "duplicate_pair" if same_text else "duplicate_audio"

@@ -65,7 +65,7 @@ class FactsCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=OFF")
             self._db.execute(
-                "CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, format INTEGER, "
+                "CREATE TABLE IF NOT EXISTS facts (key BLOB PRIMARY KEY, format INTEGER, "
                 "facts TEXT)"
             )
         except (OSError, sqlite3.Error) as e:  # a cache that cannot be opened: decode, say so
@@ -86,7 +86,7 @@ class FactsCache:
         with self._lock:
             try:
                 found = self._db.execute(
-                    "SELECT facts FROM facts WHERE key = ? AND format = ?", (key, FORMAT)
+                    "SELECT facts FROM facts WHERE key = ? AND format = ?", (_blob(key), FORMAT)
                 ).fetchone()
             except sqlite3.Error:
                 return None
@@ -102,7 +102,7 @@ class FactsCache:
         with self._lock:
             try:
                 self._db.execute(
-                    "INSERT OR REPLACE INTO facts VALUES (?, ?, ?)", (key, FORMAT, body)
+                    "INSERT OR REPLACE INTO facts VALUES (?, ?, ?)", (_blob(key), FORMAT, body)
                 )
             except sqlite3.Error as e:
                 log.warning("the data check's cache %s was not written: %s", self.path, e)
@@ -118,3 +118,9 @@ class FactsCache:
             except sqlite3.Error as e:
                 log.warning("the data check's cache %s was not closed: %s", self.path, e)
             self._db = None
+
+
+def _blob(key: str) -> bytes:
+    """A key as bytes: a path that is not UTF-8 holds surrogates, which SQLite's text
+    refuses."""
+    return key.encode("utf-8", "surrogatepass")

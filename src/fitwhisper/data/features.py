@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import load_row_audio
+from fitwhisper.data.late_check import load_training_audio
 from fitwhisper.data.manifest import Row
 from fitwhisper.data.recordings import chosen, window_labels
 from fitwhisper.errors import DataError
@@ -117,7 +117,7 @@ class SpeechDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self.rows[i]
         rng = self.augment.for_clip(i) if self.augment is not None else None
-        return self.item(row, load_row_audio(row), rng, i)
+        return self.item(row, load_training_audio(row), rng, i)
 
     def item(
         self, row: Row, audio: np.ndarray, rng: np.random.Generator | None, i: int = 0

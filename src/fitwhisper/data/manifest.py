@@ -84,6 +84,8 @@ class Row:
         previous_text: the text before this row in the same recording (a window cut from a
             long recording, data/recordings.py), for training with it as Whisper's
             `<|startofprev|>` context; None where there is none.
+        header_only: the data check read only this row's audio header (`train --check
+            sample:N`): training checks its samples as it loads them (data/late_check.py).
     """
 
     index: int
@@ -98,6 +100,7 @@ class Row:
     duration_s: float | None = None
     segments: tuple[Segment, ...] | None = None
     previous_text: str | None = None
+    header_only: bool = False
 
 
 @dataclass

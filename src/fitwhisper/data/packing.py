@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from fitwhisper.data.audio import load_row_audio
 from fitwhisper.data.features import clip_inputs, prefix_ids
+from fitwhisper.data.late_check import load_training_audio
 from fitwhisper.data.manifest import Row
 from fitwhisper.data.segments import needs_space as _needs_space
 from fitwhisper.data.timestamp_tokens import has_timestamp_tokens, timestamp_id
@@ -242,7 +242,7 @@ class PackedDataset(Dataset):
         """The window's clips, each augmented with its own generator (clip = row index), and
         those generators (None without augmentation). Slowed clips that would push the
         window past 30 s are played at 1.0 or faster instead, so the window holds them all."""
-        clips = [load_row_audio(self.rows[r]) for r in window.rows]
+        clips = [load_training_audio(self.rows[r]) for r in window.rows]
         if self.augment is None:
             return clips, [None] * len(clips)
         rngs = [self.augment.for_clip(r) for r in window.rows]

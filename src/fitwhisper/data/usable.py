@@ -9,11 +9,16 @@ segments into windows of up to 30 s (data/recordings.py), and say what was left 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fitwhisper.config import DataConfig
-from fitwhisper.data.check import CheckReport, apply_bad_row_policy, check_manifest
+from fitwhisper.data.check import (
+    CheckReport,
+    apply_bad_row_policy,
+    check_manifest,
+    sampled_rows,
+)
 from fitwhisper.data.manifest import Row, load_manifest, select
 from fitwhisper.data.recordings import CutReport, cut_recordings
 from fitwhisper.errors import ConfigError
@@ -46,7 +51,19 @@ class UsableRows:
             "usable": len(self.report.usable_rows()),
             "used": len(self.rows),
             "problems": self.report.counts(),
+            **self._sampled(),
             **({"long_recordings": self.cut.summary()} if self.cut.recordings else {}),
+        }
+
+    def _sampled(self) -> dict:
+        """What a sampled check (`--check sample:N`) decoded, and what its sample found."""
+        decoded = [r for r in self.report.rows if r.decoded]
+        if len(decoded) == len(self.report.rows):
+            return {}
+        return {
+            "decoded": len(decoded),
+            "decoded_unfit": sum(not r.ok for r in decoded),
+            "header_only": len(self.report.rows) - len(decoded),
         }
 
 
@@ -59,6 +76,7 @@ def usable_rows(
     purpose: str = "training",
     report_path: str | Path | None = None,
     cut: bool = True,
+    sample: int | None = None,
 ) -> UsableRows:
     """The rows of `manifest_path` that pass the data check, by `data_cfg.bad_rows`.
 
@@ -70,6 +88,9 @@ def usable_rows(
         report_path: write the per-row report here (.csv or .jsonl) before deciding.
         cut: cut rows with segments into windows; False keeps each recording whole
             (`evaluate --long_form`).
+        sample: decode only this many rows drawn at random (`train --check sample:N`); the
+            others' headers are read and the rows marked `header_only`, for training to
+            check their samples as it loads them (data/late_check.py). None: decode all.
 
     Raises:
         DataError: bad rows with `bad_rows="error"`, or no usable row at all.
@@ -78,7 +99,10 @@ def usable_rows(
     if cfg.bad_rows not in ("error", "skip"):
         raise ConfigError(f"unknown --bad_rows {cfg.bad_rows!r}", hint="use error or skip")
     manifest = load_manifest(manifest_path, **cfg.manifest_columns())
-    report = check_manifest(manifest, cfg, tokenizer=tokenizer)
+    decode = None if sample is None else sampled_rows(len(manifest.rows), sample)
+    report = check_manifest(manifest, cfg, tokenizer=tokenizer, decode=decode)
+    if decode is not None:
+        _log_sample(manifest.path, report)
     if report_path is not None:
         report.write(report_path)
     rows = select(apply_bad_row_policy(report, cfg, report_path, purpose=purpose), limit)
@@ -88,6 +112,9 @@ def usable_rows(
         for r in report.bad_rows()
     )
     durations = [measured.get(r.index) or 0.0 for r in rows]
+    header_only = {r.row.index for r in report.rows if not r.decoded}
+    if header_only:
+        rows = [replace(r, header_only=True) if r.index in header_only else r for r in rows]
     if not cut:
         return UsableRows(rows, skipped, report, durations)
     rows, durations, made = cut_recordings(
@@ -96,3 +123,20 @@ def usable_rows(
     if made.recordings:
         log.info("%s: %s", manifest.path, made.describe())
     return UsableRows(rows, skipped, report, durations, made)
+
+
+def _log_sample(path: Path, report: CheckReport) -> None:
+    decoded = [r for r in report.rows if r.decoded]
+    unfit = sum(not r.ok for r in decoded)
+    rest = len(report.rows) - len(decoded)
+    log.info(
+        "%s: --check sample decoded %d of %d rows drawn at random (%d unfit: %.1f%%); the "
+        "other %d were checked by their headers, and any whose samples fail when training "
+        "loads them is replaced by the next clip and counted in data_report.json",
+        path,
+        len(decoded),
+        len(report.rows),
+        unfit,
+        100 * unfit / max(len(decoded), 1),
+        rest,
+    )

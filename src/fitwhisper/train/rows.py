@@ -51,6 +51,7 @@ def checked_rows(
     Raises:
         DataError: unfit rows with --bad_rows error, or no usable training row.
     """
+    from fitwhisper.data.check import sample_size
     from fitwhisper.data.usable import usable_rows
     from fitwhisper.train import streamed
 
@@ -67,7 +68,11 @@ def checked_rows(
         if not path or (split == "train" and stream is not None):
             continue
         report_path = out / f"data_report_{split}.csv"
-        data = usable_rows(path, data_cfg, tokenizer, limit=limit, report_path=report_path)
+        # Held-out rows are scored as they are: always checked in full.
+        sample = sample_size(train_cfg.check) if split == "train" else None
+        data = usable_rows(
+            path, data_cfg, tokenizer, limit=limit, report_path=report_path, sample=sample
+        )
         skipped += len(data.skipped)
         rows[split] = data.rows
         durations = data.durations if split == "train" else durations
@@ -169,7 +174,23 @@ def option_problems(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: Tra
         check_output_script(model_cfg.output_script)
     except ConfigError as e:
         problems.append(f"--output_script: {e.message}; {e.hint}")
-    return problems
+    return problems + _check_problems(train_cfg)
+
+
+def _check_problems(train_cfg: TrainConfig) -> list[str]:
+    from fitwhisper.data.check import sample_size
+    from fitwhisper.errors import ConfigError
+
+    try:
+        sampled = sample_size(train_cfg.check) is not None
+    except ConfigError as e:
+        return [f"{e.message}: {e.hint}"]
+    if sampled and train_cfg.cache_encoder_outputs:
+        return [
+            "--check sample:N with --cache_encoder_outputs: the cache decodes every training "
+            "clip before the first step, so a bad one would stop it there; pass --check full"
+        ]
+    return []
 
 
 def _with_rehearsal_durations(durations: list[float], train_rows: list) -> list[float]:

@@ -102,6 +102,7 @@ def _train_in(
     callbacks: tuple,
 ) -> TrainResult:
     """The run, with its folder locked: resume or start, data, model, Trainer, final/."""
+    from fitwhisper.data import late_check
     from fitwhisper.train import ranks, record, resume, rows, run_plan, setup, streamed
 
     # 3. Resume or start afresh; refuses a checkpoint whose options or data differ.
@@ -179,10 +180,13 @@ def _train_in(
     if resume_from is not None and run_rows.stream is not None:
         workers = train_cfg.dataloader_num_workers
         streamed.resume(data.train_ds, resume_from, ranks.rank(), ranks.world_size(), workers)
+    late_check.start_record(out, resumed=resume_from is not None)
     with deterministic_kernels(plan.deterministic):
         step, loss = resume.train_or_finish(trainer, resume_from, data.n_train)
     if run_rows.stream is not None:
         streamed.record_skips(out, trainer)
+    elif ranks.is_main():
+        late_check.record_failures(out)
     trainer.save_state()  # RUN/trainer_state.json: log history, best checkpoint
     final_dir = _save_final(trainer, processor, out, model_cfg)
 

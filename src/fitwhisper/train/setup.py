@@ -164,6 +164,10 @@ def datasets(
             language=language,
             precision=precision,
         )
+    if any(row.header_only for row in rows.train):  # --check sample:N
+        from fitwhisper.data.late_check import RECORD_FILE, ReplacingUnfit
+
+        train_ds = ReplacingUnfit(train_ds, Path(train_cfg.output_dir) / RECORD_FILE)
     # Each batch names its items, so a diverging step can name its clips (guard.py).
     train_ds, train_collator = tagged(train_ds, train_collator)
     if augmenter is not None:
