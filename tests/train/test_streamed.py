@@ -334,3 +334,30 @@ def test_auto_fit_plans_a_streamed_run_at_the_lengths_its_index_records(
     # A manifest has no index: the options stand.
     unchanged, said = planning_lengths(DataConfig(), TrainConfig(train_manifest=str(source)))
     assert unchanged == DataConfig() and said == ""
+
+
+def test_trimming_on_a_stream_is_estimated_from_its_index(shared_data: Path, tmp_path: Path):
+    from fitwhisper.config import TrainConfig
+    from fitwhisper.train.streamed import _trimming, index_durations
+
+    rows = make.speech_rows(shared_data, 6)
+    for name, part in (("a", rows[:4]), ("b", rows[4:])):
+        source = make.jsonl_manifest(part, tmp_path / f"{name}.jsonl")
+        assert main(["shard", str(source), str(tmp_path / name), "-q"]) == 0
+    index, b_index = (
+        [json.loads(line)["duration"] for line in (tmp_path / n / "index.jsonl").open()]
+        for n in "ab"
+    )
+    cfg = TrainConfig(train_manifest=str(tmp_path / "a"))
+    assert index_durations(cfg, 100) == index
+    assert index_durations(cfg, 2) == index[::2]  # every k-th line, at most as asked
+    said = _trimming("mixed", cfg, 0.05)
+    assert f"clips average {np.mean(index):.1f} s" in said and "less work" in said
+    # A mix samples each source by its share; a source without an index: no estimate.
+    mix = dataclasses.replace(cfg, train_mix=[str(tmp_path / "b")])
+    assert index_durations(mix, 100) == index + b_index
+    assert index_durations(mix, 2) == [index[0], b_index[0]]  # half of 2 from each
+    tar = make.write_tar(rows[:2], tmp_path / "c.tar")
+    plain = TrainConfig(train_manifest=str(tar))
+    assert index_durations(plain, 100) is None
+    assert "not estimated" in _trimming("trimmed", plain, 0.0)

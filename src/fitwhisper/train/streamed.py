@@ -230,13 +230,40 @@ def dataset(source, processor, model, model_cfg: ModelConfig, data_cfg, cfg, lan
         share = cfg.full_window_share if mode == "mixed" else 0.0
         allow_short_input(model)
         record_training_window(model, mode, share, 0.0)
-        log.info(
-            "--encoder_input %s on streamed data: batches cut to their longest clip%s",
-            mode,
-            f", {share:.0%} of them kept at 30 s" if mode == "mixed" else "",
-        )
         collator = TrimmedCollator(collator, full_share=share)
+        log.info(_trimming(mode, cfg, share))
     return ds, StreamCollator(collator)
+
+
+def _trimming(mode: str, cfg: TrainConfig, share: float) -> str:
+    """What trimming saves on this stream, its batching replayed on clip lengths the shard
+    indexes record (in random order, as streams are read), as data read whole says it."""
+    from fitwhisper.data.batching import WithDurations
+    from fitwhisper.data.training_data import DESCRIBED_ROWS, describe_trimming
+
+    durations = index_durations(cfg, DESCRIBED_ROWS)
+    if not durations:
+        kept = f", {share:.0%} of them kept at 30 s" if mode == "mixed" else ""
+        return (
+            f"--encoder_input {mode} on streamed data: batches cut to their longest clip{kept} "
+            "(a source without a shard index: what that saves is not estimated)"
+        )
+    return describe_trimming(mode, WithDurations(durations, durations), cfg, share)
+
+
+def index_durations(cfg: TrainConfig, at_most: int) -> list[float] | None:
+    """Clip durations from each source's shard index, each source's in proportion to its
+    share of the draws; None where a source has no index."""
+    from fitwhisper.data.sources.units import index_durations as from_index
+
+    specs = sources(cfg)
+    found: list[float] = []
+    for spec, part in zip(specs, shares(specs, cfg.mix_temperature), strict=True):
+        durations = from_index(spec.location, max(1, round(part * at_most)))
+        if durations is None:
+            return None
+        found += durations
+    return found
 
 
 def _item(clips, script: str | None, strategy: str, row, audio, rng):

@@ -176,3 +176,18 @@ def index_lengths(location: str) -> IndexLengths | None:
         longest_s=summary["durations_s"]["max"],
         label_tokens_at_most=None if text is None else text["max"] + LABEL_SPECIAL_TOKENS,
     )
+
+
+def index_durations(location: str, at_most: int) -> list[float] | None:
+    """Up to `at_most` clip durations (s) a shard folder's index records, every k-th line
+    of it (the others read, not parsed), or None for a source without an index."""
+    summary = index_summary(location)
+    index = Path(location).expanduser() / INDEX_FILE
+    if not summary or not index.is_file():
+        return None
+    every = max(1, -(-summary["clips"] // at_most))
+    found = []
+    with index.open("rb") as f:
+        for line in itertools.islice(f, 0, None, every):
+            found.append(float(json.loads(line)["duration"]))
+    return found
