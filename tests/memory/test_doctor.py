@@ -149,12 +149,12 @@ def test_other_models_are_traced_once_and_cached(
 
 def test_shipped_table_covers_the_table_and_matches_the_predictor() -> None:
     """Regenerate with `python -m fitwhisper.memory.doctor` when this fails."""
-    from fitwhisper.memory.doctor import MODELS, VERDICT_SETTINGS, _key, _shipped_table
+    from fitwhisper.memory.doctor import TABLE_MODELS, VERDICT_SETTINGS, _key, _shipped_table
     from fitwhisper.memory.predict import predict_memory
 
     shipped = _shipped_table()["predictions"]
     for precision in ("bf16", "fp16"):
-        for model in MODELS:
+        for model in TABLE_MODELS:
             for flags in METHODS.values():
                 assert _key(model, {"precision": precision, **VERDICT_SETTINGS, **flags}) in shipped
     # Spot checks against the predictor as it is now (the cheap rows; each traces once).

@@ -289,7 +289,7 @@ def test_the_first_trials_epochs_are_counted_from_the_training_rows(manifests) -
     counting the manifest's rows as --max_train_samples keeps them."""
     from fitwhisper.config import DataConfig
     from fitwhisper.recipes import with_epochs_for_data
-    from fitwhisper.tune import _training_rows
+    from fitwhisper.tune.run import _training_rows
 
     train_cfg = TrainConfig(train_manifest=str(manifests[0]), per_device_train_batch_size=2)
     assert _training_rows(DataConfig(), train_cfg) == 4

@@ -97,7 +97,7 @@ def test_tune_refuses_deepspeed_before_any_trial(
     tmp_path,
 ) -> None:
     from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
-    from fitwhisper.tune import _check
+    from fitwhisper.tune.run import _check
     from fitwhisper.tune_config import TuneConfig
 
     train, held_out = manifests

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from fitwhisper.cli.flags import Options, add_command, build_config
-from fitwhisper.memory.doctor import MODELS
+from fitwhisper.memory.architectures import TABLE_MODELS
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class DoctorOptions:
     """Which models get a verdict, and how the report is printed."""
 
     models: list[str] = field(
-        default_factory=lambda: list(MODELS),
+        default_factory=lambda: list(TABLE_MODELS),
         metadata={
             "help": "Comma-separated models to give verdicts for (tiny to large-v3, turbo and "
             "Breeze-ASR-25 by default)."

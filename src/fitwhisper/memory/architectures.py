@@ -73,6 +73,19 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
+# The models the planner's tables list (`fitwhisper doctor`, the presets): the standard
+# sizes (multilingual), turbo and Breeze-ASR-25.
+TABLE_MODELS: tuple[str, ...] = (
+    "openai/whisper-tiny",
+    "openai/whisper-base",
+    "openai/whisper-small",
+    "openai/whisper-medium",
+    "openai/whisper-large-v3",
+    "openai/whisper-large-v3-turbo",
+    "MediaTek-Research/Breeze-ASR-25",
+)
+
+
 def whisper_config(model: str):
     """The `WhisperConfig` of a model spec: shipped for the standard sizes, else config.json.
 

@@ -34,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from fitwhisper.memory.architectures import TABLE_MODELS
 from fitwhisper.method import METHODS as ALL_METHODS
 from fitwhisper.method import bitsandbytes_runs_here
 from fitwhisper.whisper_facts import WINDOW_SECONDS
@@ -42,16 +43,6 @@ log = logging.getLogger(__name__)
 
 GIB = 2**30
 
-# The table: the standard sizes (multilingual), turbo and Breeze-ASR-25.
-MODELS: tuple[str, ...] = (
-    "openai/whisper-tiny",
-    "openai/whisper-base",
-    "openai/whisper-small",
-    "openai/whisper-medium",
-    "openai/whisper-large-v3",
-    "openai/whisper-large-v3-turbo",
-    "MediaTek-Research/Breeze-ASR-25",
-)
 # method label -> the MemoryRequest fields that select it
 METHODS: dict[str, dict[str, bool]] = {m.label: m.flags for m in ALL_METHODS.values()}
 # Settings every verdict assumes: the least memory short of a smaller model or method.
@@ -107,7 +98,7 @@ class MachineFacts:
 def doctor(
     facts: MachineFacts | None = None,
     *,
-    models: Sequence[str] = MODELS,
+    models: Sequence[str] = TABLE_MODELS,
     predict: Callable[..., int] | None = None,
 ) -> dict[str, Any]:
     """The report as a dict (what `--json` prints); `format_report` renders it.
@@ -386,7 +377,7 @@ def regenerate_table(path: Path = TABLE) -> dict[str, Any]:
 
     predictions = {}
     for precision in ("bf16", "fp16"):
-        for model in MODELS:
+        for model in TABLE_MODELS:
             for flags in METHODS.values():
                 fields = {"precision": precision, **VERDICT_SETTINGS, **flags}
                 predictions[_key(model, fields)] = predict_memory(model=model, **fields).total_bytes

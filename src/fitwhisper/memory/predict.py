@@ -136,13 +136,14 @@ class MemoryPrediction:
     @property
     def overlap_bytes(self) -> int:
         """Negative: what the rows above the peak hold that is never live at the same time."""
-        return self.peak_tensor_bytes - (
-            self.weights_bytes
-            + self.gradients_bytes
-            + self.optimizer_bytes
-            + self.activations_bytes
-            + self.optimizer_step_bytes
+        parts = (
+            self.weights_bytes,
+            self.gradients_bytes,
+            self.optimizer_bytes,
+            self.activations_bytes,
+            self.optimizer_step_bytes,
         )
+        return not_live_at_once(self.peak_tensor_bytes, parts)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -189,6 +190,13 @@ class MemoryPrediction:
         lines.append(f"  {'total':18} {self.total_bytes / GIB:8.2f}  predicted peak on the device")
         notes = "".join(f"\n  note: {n}" for n in self.notes)
         return head + "\n".join(lines) + notes
+
+
+def not_live_at_once(peak_bytes: int, parts_bytes: tuple[int, ...]) -> int:
+    """The plan's "not live at once" row: the traced peak less the rows above it (their sum
+    counts tensors that never coexist), so the table adds up to the peak. For one GPU
+    (`MemoryPrediction`) and for several (memory/sharded.py)."""
+    return peak_bytes - sum(parts_bytes)
 
 
 def predict_memory(request: MemoryRequest | None = None, **kwargs: Any) -> MemoryPrediction:

@@ -18,21 +18,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 from fitwhisper.config import LORA_TARGETS_DEFAULT, ModelConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.memory.architectures import TABLE_MODELS
 from fitwhisper.memory.options import DEFAULT_EFFECTIVE_BATCH, DEFAULT_MARGIN
 from fitwhisper.memory.predict import GIB, MemoryRequest
 from fitwhisper.memory.search import search
 from fitwhisper.method import Method
 
 GPUS_GB = (8, 12, 16, 24, 40, 80)
-MODELS = (
-    "openai/whisper-tiny",
-    "openai/whisper-base",
-    "openai/whisper-small",
-    "openai/whisper-medium",
-    "openai/whisper-large-v3",
-    "openai/whisper-large-v3-turbo",
-    "MediaTek-Research/Breeze-ASR-25",
-)
 # 8-bit + LoRA is the seeds' low-memory method; 4-bit (`fitwhisper plan --use_4bit`) gets the
 # same settings in 39 of 42 cells, so its column would add a third to the time for little news.
 COLUMNS: tuple[tuple[Method, str], ...] = (
@@ -81,7 +73,7 @@ def presets_markdown(workers: int | None = None) -> str:
     ]
     # Model and method outermost, so each one's predictions are reused across the GPU sizes
     # while they are still in predict_memory's cache.
-    jobs = [(model, method) for model in MODELS for method, _ in COLUMNS]
+    jobs = [(model, method) for model in TABLE_MODELS for method, _ in COLUMNS]
     cells = {}
     with _pool(workers) as pool:
         for (model, method), column in zip(jobs, pool.map(_column, jobs), strict=True):
@@ -92,7 +84,7 @@ def presets_markdown(workers: int | None = None) -> str:
     rule = "|---" * (len(COLUMNS) + 1) + "|"
     for gb in GPUS_GB:
         out += ["", f"**{gb} GB GPU**", "", header, rule]
-        for model in MODELS:
+        for model in TABLE_MODELS:
             row = [cells[gb, model, method] for method, _ in COLUMNS]
             out.append(f"| {model.split('/')[-1]} | " + " | ".join(row) + " |")
     return "\n".join(out) + "\n"

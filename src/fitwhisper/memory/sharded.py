@@ -58,6 +58,7 @@ from fitwhisper.memory.predict import (
     GIB,
     MemoryPrediction,
     MemoryRequest,
+    not_live_at_once,
 )
 from fitwhisper.method import method_of
 
@@ -118,14 +119,15 @@ class ShardedPrediction:
 
     @property
     def overlap_bytes(self) -> int:
-        return self.peak_tensor_bytes - (
-            self.weights_bytes
-            + self.gradients_bytes
-            + self.optimizer_bytes
-            + self.activations_bytes
-            + self.optimizer_step_bytes
-            + self.communication_bytes
+        parts = (
+            self.weights_bytes,
+            self.gradients_bytes,
+            self.optimizer_bytes,
+            self.activations_bytes,
+            self.optimizer_step_bytes,
+            self.communication_bytes,
         )
+        return not_live_at_once(self.peak_tensor_bytes, parts)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -4,6 +4,7 @@
 
 - `inputs`: files, folders and list files to audio paths, with per-input problems
 - `options`: the decoding settings shared by both engines, and the job (inputs, outputs)
+- `engine`: what `run` asks of an engine (`Engine`), the shape both engines have
 - `hf_engine`: transformers' `generate` (long-form, batched; LoRA adapters unmerged)
 - `ct2_engine`: faster-whisper on a CTranslate2 folder (sequential or batched)
 - `ct2_short_window`: its batched pipeline on the short encoder window, for a model whose

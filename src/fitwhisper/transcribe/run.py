@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from fitwhisper.models.resolve import ResolvedModel
+    from fitwhisper.transcribe.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def choose_engine(engine: str, model: ResolvedModel, device: str) -> EngineChoic
     return EngineChoice("transformers", device, "on CUDA the engines were not compared")
 
 
-def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice):
+def make_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice) -> Engine:
     """Load the model into the chosen engine (exporting to CTranslate2 once if needed).
     Without --language both engines take the model's default language, the rule `evaluate`
     and export re-scoring follow (`models.resolve.default_language`: its preset's, else the
@@ -114,7 +115,7 @@ def _decided_language(
     return dataclasses.replace(opts, language=language), why
 
 
-def _loaded_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice):
+def _loaded_engine(model: ResolvedModel, opts: TranscribeOptions, choice: EngineChoice) -> Engine:
     if choice.name == "transformers":
         from fitwhisper.transcribe.hf_engine import TransformersEngine
 
