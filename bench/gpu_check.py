@@ -710,8 +710,7 @@ def _request(r: dict, cuda: bool):
     return MemoryRequest(
         model=r["spec"], per_device_train_batch_size=r["batch"],
         precision=r["dtype"], gradient_checkpointing=r["ckpt"],
-        use_lora=r["method"] in ("lora", *QUANTISED), use_8bit=r["method"] == "8bit",
-        use_4bit=r["method"] == "4bit", max_label_tokens=LABEL_TOKENS,
+        training_method=r["method"], max_label_tokens=LABEL_TOKENS,
         device="cuda" if cuda else "cpu",
     )  # fmt: skip
 
@@ -756,6 +755,7 @@ def _planner_model(spec: str, method: str, dtype: str, cuda: bool):
 
     from fitwhisper.config import ModelConfig, TrainConfig
     from fitwhisper.memory.architectures import whisper_config
+    from fitwhisper.method import METHODS
     from fitwhisper.train.method_loading import load_kwargs, prepare_for_training
 
     config = whisper_config(spec)
@@ -764,9 +764,9 @@ def _planner_model(spec: str, method: str, dtype: str, cuda: bool):
     req = _request({"spec": spec, "method": method, "dtype": dtype, "batch": 1,
                     "ckpt": False}, cuda)  # fmt: skip
     model_cfg = ModelConfig(
-        model="gpu-check", use_lora=req.use_lora, lora_r=req.lora_r, lora_alpha=2 * req.lora_r,
-        lora_dropout=req.lora_dropout, lora_target_modules=tuple(req.lora_target_modules),
-        use_8bit=req.use_8bit, use_4bit=req.use_4bit,
+        model="gpu-check", method=METHODS[req.training_method].option, lora_r=req.lora_r,
+        lora_alpha=2 * req.lora_r, lora_dropout=req.lora_dropout,
+        lora_target_modules=tuple(req.lora_target_modules),
     )  # fmt: skip
     if method in QUANTISED:
         return _quantised_model(config, model_cfg, dtype)

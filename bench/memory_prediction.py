@@ -35,6 +35,7 @@ import torch
 
 from fitwhisper.memory.architectures import whisper_config
 from fitwhisper.memory.predict import MemoryRequest, predict_memory
+from fitwhisper.method import METHODS
 from fitwhisper.models import checkpointing
 
 MODELS = ("openai/whisper-tiny", "openai/whisper-base")
@@ -43,14 +44,14 @@ LABEL_TOKENS = 128
 TOLERANCE = 0.10
 # The configurations of each grid, beyond model, batch and checkpointing.
 GRIDS: dict[str, list[dict]] = {
-    "fp32": [{}, {"use_lora": True}],
+    "fp32": [{}, {"training_method": "lora"}],
     "mixed": [
         {"precision": "bf16"},
-        {"precision": "bf16", "use_lora": True},
-        {"use_8bit": True, "use_lora": True},
-        {"use_4bit": True, "use_lora": True},
-        {"precision": "bf16", "use_8bit": True, "use_lora": True},
-        {"precision": "bf16", "use_4bit": True, "use_lora": True},
+        {"precision": "bf16", "training_method": "lora"},
+        {"training_method": "8bit"},
+        {"training_method": "4bit"},
+        {"precision": "bf16", "training_method": "8bit"},
+        {"precision": "bf16", "training_method": "4bit"},
     ],
 }
 
@@ -101,7 +102,8 @@ def measure_step(req: MemoryRequest) -> int:
     device = torch.device(req.device)
     config = whisper_config(req.model)
     config._attn_implementation = req.attn_implementation
-    mixed = req.precision != "fp32" or req.use_8bit or req.use_4bit
+    method = METHODS[req.training_method]
+    mixed = req.precision != "fp32" or method.quantised
     if mixed:
         model = _as_train_builds_it(config, req)
     else:
@@ -110,7 +112,7 @@ def measure_step(req: MemoryRequest) -> int:
     model.get_encoder().embed_positions.requires_grad_(False)
     if req.gradient_checkpointing:
         checkpointing.enable(model)
-    if req.use_lora and not mixed:
+    if method.adapters and not mixed:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(
@@ -174,8 +176,8 @@ def _as_train_builds_it(config, req: MemoryRequest) -> torch.nn.Module:
     from fitwhisper.train.method_loading import load_kwargs, prepare_for_training
 
     model_cfg = ModelConfig(
-        model="bench", use_lora=req.use_lora, use_8bit=req.use_8bit, use_4bit=req.use_4bit,
-        lora_r=req.lora_r, lora_alpha=2 * req.lora_r, lora_dropout=req.lora_dropout,
+        model="bench", method=METHODS[req.training_method].option, lora_r=req.lora_r,
+        lora_alpha=2 * req.lora_r, lora_dropout=req.lora_dropout,
         lora_target_modules=tuple(req.lora_target_modules),
     )  # fmt: skip
     kwargs = {"dtype": torch.float32, **load_kwargs(model_cfg, req.precision)}

@@ -71,6 +71,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -417,6 +418,7 @@ def train_fitwhisper(
 
     from fitwhisper.cli import build_parser
     from fitwhisper.cli.train import SECTIONS, options_from
+    from fitwhisper.method import method_of
     from fitwhisper.train import train
 
     flags = {
@@ -451,7 +453,7 @@ def train_fitwhisper(
     augmentation = record["resolved"]["augmentation"]
     m = record["model"]
     method = "full fine-tuning"
-    if m["use_lora"]:
+    if method_of(SimpleNamespace(**m)).adapters:
         method = (
             f"LoRA r {m['lora_r']}, alpha {m['lora_alpha']}, dropout {m['lora_dropout']:g} "
             f"on {','.join(m['lora_target_modules'])}"

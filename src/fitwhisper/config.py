@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fitwhisper.eval_config import EvalConfig
+from fitwhisper.method import MethodOption
 from fitwhisper.option_ranges import COUNT_OR_ALL, FRACTION, PROCESSES, SEED, SHARE, WHISPER_TOKENS
 from fitwhisper.whisper_facts import WINDOW_SECONDS
 
@@ -188,14 +189,20 @@ class ModelConfig:
             "help": "Where Hub downloads go (default: the Hugging Face cache).",
         },
     )
-    use_lora: bool = field(
-        default=False,
+    method: MethodOption = field(
+        default="full",
         metadata={
-            "help": "Train LoRA adapters (PEFT) instead of the whole model: the base weights stay "
-            "frozen and the run saves only the adapter (`fitwhisper merge` makes a full model "
-            "of it). Turned on by --use_8bit and --use_4bit. LoRA wants a higher "
-            "--learning_rate than full fine-tuning: without one it trains at 1e-3."
+            "help": "What trains. full: the whole model. lora: LoRA adapters (PEFT) on the "
+            "frozen base, and the run saves only the adapter (`fitwhisper merge` makes a full "
+            "model of it); adapters want a higher --learning_rate than full fine-tuning: "
+            "without one they train at 1e-3. dora: DoRA adapters (LoRA plus a trained "
+            "magnitude per output; a little slower). 8bit-lora / 4bit-lora: LoRA on a base "
+            "loaded in 8 bits (LLM.int8(), about half the weight memory) or 4-bit NF4 (QLoRA, "
+            "about a quarter: large-v3 on an 8 GB card), by bitsandbytes, CUDA or CPU."
         },
+    )
+    use_lora: bool = field(
+        default=False, metadata={"help": "Same as --method lora (the earlier flag)."}
     )
     lora_r: int = field(
         default=16,
@@ -227,20 +234,10 @@ class ModelConfig:
         },
     )
     use_8bit: bool = field(
-        default=False,
-        metadata={
-            "help": "Load the base model in 8 bits (bitsandbytes LLM.int8(); CUDA or CPU) and "
-            "train LoRA on top: about half the weight memory. Turns on --use_lora, since "
-            "quantised weights cannot be trained directly."
-        },
+        default=False, metadata={"help": "Same as --method 8bit-lora (the earlier flag)."}
     )
     use_4bit: bool = field(
-        default=False,
-        metadata={
-            "help": "Load the base model in 4-bit NF4 with double quantisation (QLoRA; CUDA or "
-            "CPU) and train LoRA on top: about a quarter of the weight memory, so large-v3 fits "
-            "an 8 GB card. Turns on --use_lora."
-        },
+        default=False, metadata={"help": "Same as --method 4bit-lora (the earlier flag)."}
     )
     bnb_4bit_compute_dtype: Literal["auto", "float32", "float16", "bfloat16"] = field(
         default="auto",

@@ -4,20 +4,27 @@ are (`export/formats.py`), one vocabulary for `train`, `plan`, `tune`, the prese
 
     full   the whole model trains (`--freeze_encoder`: the decoder only); saves a model
     lora   LoRA adapters (PEFT) on a frozen base; saves an adapter
+    dora   DoRA adapters (PEFT's use_dora: LoRA plus a trained magnitude per output)
     8bit   the base loaded in 8 bits (bitsandbytes LLM.int8()), LoRA on top
     4bit   the base loaded in 4-bit NF4 (QLoRA), LoRA on top
 
-The flags that select them are `--use_lora`, `--use_8bit` and `--use_4bit` (`method_of`);
-`plan --allow_methods` takes the names. The loading and preparing that needs torch lives in
+`--method full|lora|dora|8bit-lora|4bit-lora` selects one; the earlier flags `--use_lora`,
+`--use_8bit` and `--use_4bit` stay as its aliases. `method_of` is the one reader of all of
+them: code elsewhere asks the object it returns, never the flags. `plan --allow_methods`
+takes the names. The loading and preparing that needs torch lives in
 `train/method_loading.py`, which reads these objects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal
 
-Method = Literal["full", "lora", "8bit", "4bit"]
+Method = Literal["full", "lora", "dora", "8bit", "4bit"]
+# What `--method` takes: the names, with the quantised ones saying they train LoRA.
+MethodOption = Literal["full", "lora", "dora", "8bit-lora", "4bit-lora"]
+# The earlier flags, each an alias of a --method value.
+ALIASES = {"use_4bit": "4bit-lora", "use_8bit": "8bit-lora", "use_lora": "lora"}
 
 
 @dataclass(frozen=True)
@@ -25,9 +32,19 @@ class TrainingMethod:
     """What one method loads, what it trains, how it saves and what it refuses."""
 
     name: Method
+    option: MethodOption  # what --method calls it
     title: str  # in sentences and plans: "8-bit base + LoRA"
     label: str  # in table columns (`fitwhisper doctor`, the presets): "8-bit+LoRA"
     base_bits: int | None  # the base quantised to 8 or 4 bits by bitsandbytes; None: as stored
+    # The planner's time per clip against full fine-tuning (memory/search.py): adapters
+    # skip the frozen weights' gradients; a quantised base dequantises in every matmul.
+    relative_time: float = 1.0
+    # PEFT LoraConfig options beyond rank, alpha, dropout and targets, as (name, value).
+    peft_options: tuple[tuple[str, Any], ...] = ()
+    # Whether the frozen base may load in the run's half precision under mixed precision
+    # (train/method_loading.py `base_dtype`): plain LoRA only, measured; DoRA's weight norm
+    # and bitsandbytes' layers keep theirs.
+    half_base: bool = False
 
     @property
     def quantised(self) -> bool:
@@ -41,17 +58,18 @@ class TrainingMethod:
 
     @property
     def flag(self) -> str | None:
-        """The flag that selects it on the command line (full: none)."""
-        return None if self.name == "full" else f"--use_{self.name}"
+        """How the command line selects it (full: nothing to pass): the earlier flag where
+        one names it, as plans and messages have always said it."""
+        if self.name == "full":
+            return None
+        alias = next((k for k, v in ALIASES.items() if v == self.option), None)
+        return f"--{alias}" if alias else f"--method {self.option}"
 
-    @property
-    def flags(self) -> dict[str, bool]:
-        """The option fields that select it, those that are on (full: none)."""
-        return {k: v for k, v in self.options().items() if v}
-
-    def options(self) -> dict[str, bool]:
-        """Every method field (use_lora, use_8bit, use_4bit), set to select this method."""
+    def options(self) -> dict[str, Any]:
+        """The option fields that select it: `method`, with the earlier flags set as they
+        would be (plan.json has held those since before --method)."""
         return {
+            "method": self.option,
             "use_lora": self.adapters,
             "use_8bit": self.base_bits == 8,
             "use_4bit": self.base_bits == 4,
@@ -85,16 +103,29 @@ class TrainingMethod:
         )
 
 
-# Heaviest first: `plan` and the presets try them in this order.
+# Heaviest first: `plan` and the presets try them in this order (DoRA only when asked for:
+# it is LoRA with more to compute, never a lighter fallback).
 METHODS: dict[Method, TrainingMethod] = {
     m.name: m
     for m in (
-        TrainingMethod("full", "full", "full", None),
-        TrainingMethod("lora", "LoRA", "LoRA", None),
-        TrainingMethod("8bit", "8-bit base + LoRA", "8-bit+LoRA", 8),
-        TrainingMethod("4bit", "4-bit base + LoRA", "4-bit+LoRA", 4),
+        TrainingMethod("full", "full", "full", "full", None),
+        TrainingMethod("lora", "lora", "LoRA", "LoRA", None, relative_time=0.75, half_base=True),
+        TrainingMethod(
+            "dora",
+            "dora",
+            "DoRA",
+            "DoRA",
+            None,
+            relative_time=0.75 * 1.3,
+            peft_options=(("use_dora", True),),
+        ),
+        TrainingMethod("8bit", "8bit-lora", "8-bit base + LoRA", "8-bit+LoRA", 8, 0.75 * 1.5),
+        TrainingMethod("4bit", "4bit-lora", "4-bit base + LoRA", "4-bit+LoRA", 4, 0.75 * 1.3),
     )
 }
+# Those `plan`, `--auto_fit` and the presets choose among when no method is named.
+FALLBACKS: tuple[Method, ...] = ("full", "lora", "8bit", "4bit")
+_BY_OPTION = {m.option: m for m in METHODS.values()}
 
 
 # The first bitsandbytes whose CPU backend trains 8-bit/4-bit bases and adamw_8bit (tested).
@@ -110,17 +141,39 @@ def bitsandbytes_runs_here(version: str | None, *, cuda: bool) -> bool:
     return cuda or parts >= BNB_CPU_VERSION
 
 
-class _MethodFlags(Protocol):
-    use_lora: bool
-    use_8bit: bool
-    use_4bit: bool
+def method_of(options: Any) -> TrainingMethod:
+    """The method a set of options selects (a ModelConfig, plan's options, a MemoryRequest,
+    a run record's model section as a namespace): `method` (a MemoryRequest's
+    `training_method`, a name), else the earlier flags, 4-bit and 8-bit winning over
+    --use_lora as they always did. Conflicts between them are `method_problems`'."""
+    if (name := getattr(options, "training_method", None)) is not None:
+        return METHODS[name]
+    named = getattr(options, "method", None) or "full"
+    if named != "full":
+        return _BY_OPTION[named]
+    for alias, option in ALIASES.items():
+        if getattr(options, alias, False):
+            return _BY_OPTION[option]
+    return METHODS["full"]
 
 
-def method_of(options: _MethodFlags) -> TrainingMethod:
-    """The method the flags select (a ModelConfig, a MemoryRequest, plan's options); 8-bit
-    and 4-bit always train LoRA adapters, so they win over --use_lora."""
-    if options.use_4bit:
-        return METHODS["4bit"]
-    if options.use_8bit:
-        return METHODS["8bit"]
-    return METHODS["lora" if options.use_lora else "full"]
+def method_problems(options: Any) -> list[str]:
+    """The method options that contradict each other, as sentences."""
+    if getattr(options, "use_8bit", False) and getattr(options, "use_4bit", False):
+        return ["--use_8bit and --use_4bit are both set; pick one"]
+    named = getattr(options, "method", None) or "full"
+    if named == "full":
+        return []
+    method = _BY_OPTION[named]
+    for alias, option in ALIASES.items():
+        aliased = _BY_OPTION[option]
+        # --use_lora beside an adapter method says nothing new; any other alias must agree.
+        agrees = aliased is method or (alias == "use_lora" and method.adapters)
+        if getattr(options, alias, False) and not agrees:
+            return [f"--method {named} and --{alias} (--method {option}) name two methods"]
+    return []
+
+
+def with_method(options: Any, method: TrainingMethod) -> dict[str, Any]:
+    """The fields that make `options` select `method`, for `dataclasses.replace`."""
+    return {k: v for k, v in method.options().items() if hasattr(options, k)}

@@ -14,7 +14,6 @@ from tests.conftest import write_tone
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.data import check as check_module
-from fitwhisper.data.check import sample_size, sampled_rows
 from fitwhisper.data.late_check import (
     RECORD_FILE,
     ReplacingUnfit,
@@ -22,6 +21,7 @@ from fitwhisper.data.late_check import (
     load_training_audio,
     record_failures,
 )
+from fitwhisper.data.sampled_check import sample_size, sampled_rows
 from fitwhisper.data.usable import usable_rows
 from fitwhisper.errors import ConfigError, DataError
 

@@ -132,11 +132,11 @@ def test_other_models_are_traced_once_and_cached(
     from fitwhisper.memory.predict import predict_memory
 
     monkeypatch.setenv("FITWHISPER_CACHE", str(tmp_path))
-    monkeypatch.setattr(doctor_mod, "METHODS", {"LoRA": {"use_lora": True}})  # one trace
+    monkeypatch.setattr(doctor_mod, "METHODS", {"LoRA": {"training_method": "lora"}})  # one trace
     model = str(small_config_dir)  # not in the shipped table
     first = doctor(_facts(6.0), models=[model])
     assert list(tmp_path.glob("doctor/predictions-*.json"))
-    expected = predict_memory(model=model, precision="bf16", use_lora=True,
+    expected = predict_memory(model=model, precision="bf16", training_method="lora",
                               **doctor_mod.VERDICT_SETTINGS)  # fmt: skip
     assert first["verdicts"][0]["predicted_bytes"] == expected.total_bytes
 
@@ -158,7 +158,10 @@ def test_shipped_table_covers_the_table_and_matches_the_predictor() -> None:
             for flags in METHODS.values():
                 assert _key(model, {"precision": precision, **VERDICT_SETTINGS, **flags}) in shipped
     # Spot checks against the predictor as it is now (the cheap rows; each traces once).
-    for model, flags in (("openai/whisper-tiny", {}), ("openai/whisper-base", {"use_lora": True})):
+    for model, flags in (
+        ("openai/whisper-tiny", {"training_method": "full"}),
+        ("openai/whisper-base", {"training_method": "lora"}),
+    ):
         fields = {"precision": "fp16", **VERDICT_SETTINGS, **flags}
         assert shipped[_key(model, fields)] == predict_memory(model=model, **fields).total_bytes
 

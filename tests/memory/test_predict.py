@@ -50,7 +50,7 @@ def test_frozen_encoder_trains_the_decoder_only(small_config_dir, small_dims):
 
 def test_lora_trains_the_adapters_only(small_config_dir, small_dims):
     r, d = 8, small_dims["d_model"]
-    p = predict_memory(_request(small_config_dir, use_lora=True, lora_r=r))
+    p = predict_memory(_request(small_config_dir, training_method="lora", lora_r=r))
     adapted = 2 * 2 + 2 * 4  # q,v per encoder layer; self and cross q,v per decoder layer
     assert p.trainable_params == adapted * r * (d + d)
     assert p.optimizer_bytes == 8 * p.trainable_params
@@ -65,7 +65,7 @@ def test_lora_under_mixed_precision_keeps_its_frozen_base_in_half(
     """train/method_loading.py loads a plain LoRA run's base in the run's half precision; the
     adapters, their gradients and optimizer states stay fp32."""
     encoder, decoder = _counts(small_dims)
-    kw = {"use_lora": True, "lora_r": 8, "device": "cuda"}
+    kw = {"training_method": "lora", "lora_r": 8, "device": "cuda"}
     fp32 = predict_memory(_request(small_config_dir, **kw))
     half = predict_memory(_request(small_config_dir, precision=precision, **kw))
     assert half.weights_bytes < fp32.weights_bytes * 0.55
@@ -83,9 +83,9 @@ def test_quantised_base_weights(small_config_dir, small_dims):
     # Linear weights bitsandbytes replaces: q,k,v,out (x1 enc, x2 dec) and fc1, fc2 per layer
     linear = 2 * (4 * d * d + 2 * d * ffn) + 2 * (8 * d * d + 2 * d * ffn)
     rows = 2 * (4 * d + ffn + d) + 2 * (8 * d + ffn + d)
-    full = predict_memory(_request(small_config_dir, use_lora=True, lora_r=8))
-    int8 = predict_memory(_request(small_config_dir, use_8bit=True, lora_r=8))
-    nf4 = predict_memory(_request(small_config_dir, use_4bit=True, lora_r=8))
+    full = predict_memory(_request(small_config_dir, training_method="lora", lora_r=8))
+    int8 = predict_memory(_request(small_config_dir, training_method="8bit", lora_r=8))
+    nf4 = predict_memory(_request(small_config_dir, training_method="4bit", lora_r=8))
     assert full.weights_bytes - int8.weights_bytes == 4 * linear - (linear + 4 * rows)
     assert full.weights_bytes - nf4.weights_bytes == 4 * linear - (linear // 2 + linear // 16)
     assert int8.trainable_params == nf4.trainable_params == full.trainable_params
@@ -171,7 +171,6 @@ def test_predictions_are_cached(small_config_dir):
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"use_8bit": True, "use_4bit": True}, "--use_8bit and --use_4bit are both set"),
         ({"per_device_train_batch_size": 0}, "must be at least 1 (got 0)"),
         ({"max_label_tokens": 500}, "--max_label_tokens must be 1-448 (got 500)"),
     ],
@@ -187,7 +186,7 @@ def test_bad_options_are_user_errors(small_config_dir, kw, message):
     [
         ((6, 5), {}),
         ((6, 5), {"precision": "fp16", "gradient_checkpointing": True}),  # peak in the step
-        ((6, 5), {"precision": "fp16", "gradient_checkpointing": True, "use_lora": True}),
+        ((6, 5), {"precision": "fp16", "gradient_checkpointing": True, "training_method": "lora"}),
         ((6, 5), {"attn_implementation": "eager", "freeze_encoder": True}),
         ((2, 5), {"precision": "bf16"}),  # one stack traced whole, one expanded
     ],
@@ -237,4 +236,4 @@ def test_large_v2_full_does_not_fit_a_t4_but_8bit_lora_does():
         "gradient_checkpointing": True,
     }
     assert predict_memory(**common).total_bytes > T4_BYTES
-    assert predict_memory(**common, use_8bit=True).total_bytes < T4_BYTES
+    assert predict_memory(**common, training_method="8bit").total_bytes < T4_BYTES

@@ -66,7 +66,7 @@ def test_a_tight_budget_falls_back_to_lora(small_config_dir):
     base = _base(small_config_dir)
     full = predict_memory(base, per_device_train_batch_size=1, gradient_checkpointing=True)
     lora = predict_memory(
-        base, per_device_train_batch_size=1, gradient_checkpointing=True, use_lora=True
+        base, per_device_train_batch_size=1, gradient_checkpointing=True, training_method="lora"
     )
     assert lora.total_bytes < full.total_bytes
     budget = int((lora.total_bytes + full.total_bytes) / 2 / 0.9)

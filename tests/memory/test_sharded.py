@@ -180,7 +180,7 @@ def test_ddp_holds_everything_and_a_bucket_copy_of_the_gradients(small):
 def test_zero2_does_not_shard_frozen_weights_zero3_does(small_config_dir):
     lora = predict_memory(
         MemoryRequest(model=str(small_config_dir), precision="bf16", max_label_tokens=16,
-                      use_lora=True)
+                      training_method="lora")
     )  # fmt: skip
     two, eight = shard(lora, 2, 1, "zero2"), shard(lora, 8, 1, "zero2")
     assert two.weights_bytes == eight.weights_bytes == pytest.approx(lora.weights_bytes / 2)

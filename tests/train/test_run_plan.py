@@ -71,7 +71,12 @@ def test_the_options_decide_encoder_input_and_method_with_reasons() -> None:
     assert choices.method == "4bit" and choices.encoder_input == "full"
     assert train_cfg.encoder_input == "full"
     assert "--freeze_encoder" in choices.why["encoder_input"]
-    assert "LoRA" in choices.why["method"]
+    assert choices.why["method"] == "--use_4bit (the same as --method 4bit-lora)"
+    # `method` and the earlier flags agree from here on: the record holds both.
+    model_cfg, _, _ = resolve_options(
+        ModelConfig(model="offline/base", use_8bit=True), DataConfig(), TrainConfig(), set()
+    )
+    assert (model_cfg.method, model_cfg.use_lora, model_cfg.use_8bit) == ("8bit-lora", True, True)
 
 
 def test_a_run_on_zh_rows_without_language_selects_on_the_cer_it_logs(

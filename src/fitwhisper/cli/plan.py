@@ -6,6 +6,7 @@ import argparse
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.memory.options import PLAN_FIELDS, RECOMMEND_FIELDS, PlanOptions
+from fitwhisper.method import method_of, method_problems
 
 OPTIONS = (
     Options(PlanOptions, only=PLAN_FIELDS),
@@ -96,6 +97,8 @@ def _request(opts: PlanOptions):
 
     if sum((opts.fp16, opts.bf16, opts.fp32)) > 1:
         raise ConfigError("--fp16, --bf16 and --fp32: more than one is set", hint="pick one")
+    if problems := method_problems(opts):
+        raise ConfigError(problems[0], hint="name one method, with --method")
     if opts.fp32 or opts.device == "cpu":
         precision = "fp16" if opts.fp16 else "bf16" if opts.bf16 else "fp32"
     else:
@@ -108,11 +111,8 @@ def _request(opts: PlanOptions):
             "optim",
             "gradient_checkpointing",
             "freeze_encoder",
-            "use_lora",
             "lora_r",
             "lora_dropout",
-            "use_8bit",
-            "use_4bit",
             "max_audio_len",
             "max_label_tokens",
             "attn_implementation",
@@ -121,7 +121,10 @@ def _request(opts: PlanOptions):
     }
     fields.update(_index_lengths(opts))
     return MemoryRequest(
-        **fields, precision=precision, lora_target_modules=tuple(opts.lora_target_modules)
+        **fields,
+        precision=precision,
+        lora_target_modules=tuple(opts.lora_target_modules),
+        training_method=method_of(opts).name,
     )
 
 
@@ -165,9 +168,9 @@ def _budget(opts: PlanOptions) -> int:
 
 
 def _methods(opts: PlanOptions) -> tuple:
-    """--allow_methods, else the method the flags name, else all four."""
+    """--allow_methods, else the method the flags name, else the four fallbacks."""
     from fitwhisper.errors import ConfigError
-    from fitwhisper.method import METHODS, method_of
+    from fitwhisper.method import FALLBACKS, METHODS
 
     if opts.allow_methods:
         allowed = [m.strip() for m in opts.allow_methods.split(",") if m.strip()]
@@ -178,9 +181,9 @@ def _methods(opts: PlanOptions) -> tuple:
                 hint=f"choose from {','.join(METHODS)}",
             )
         return tuple(m for m in METHODS if m in allowed)
-    if opts.use_lora or opts.use_8bit or opts.use_4bit:
-        return (method_of(opts).name,)
-    return tuple(METHODS)
+    if (named := method_of(opts)).name != "full":
+        return (named.name,)
+    return FALLBACKS
 
 
 def _presets(opts: PlanOptions) -> int:

@@ -8,6 +8,7 @@
 - `check_cache`: each clip's audio facts kept, so the check decodes a clip once per content
 - `clip_facts`: what the check keeps of a decoded clip, and the problems its samples show
 - `usable`: the checked, usable rows of a manifest, the one way every command reads data
+- `sampled_check`: the rows `train --check sample:N` decodes, and the others' headers
 - `late_check`: rows a sampled check read by header only, checked as training loads them
 - `segments`: timed segments of a long recording (a manifest's `segments`, offsets), and
   their problems for the check

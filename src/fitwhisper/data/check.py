@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import itertools
 import logging
-import random
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -23,7 +22,6 @@ from fitwhisper.data.audio import (
     AudioDecodeError,
     load_audio_with_info,
     load_span_with_info,
-    probe_audio,
 )
 from fitwhisper.data.check_cache import FactsCache, audio_key
 from fitwhisper.data.clip_facts import (
@@ -34,9 +32,11 @@ from fitwhisper.data.clip_facts import (
     Problem,
     content_problems,
     facts,
+    span_past_end,
 )
 from fitwhisper.data.manifest import BAD_ENCODING, MISSING_FIELD, UNPARSABLE_ROW, Manifest, Row
-from fitwhisper.data.segments import SEGMENT_PROBLEMS, TOLERANCE_S, segment_problems
+from fitwhisper.data.sampled_check import probe_facts
+from fitwhisper.data.segments import SEGMENT_PROBLEMS, segment_problems
 from fitwhisper.errors import ConfigError, DataError
 from fitwhisper.safe_text import json_text
 from fitwhisper.whisper_facts import SAMPLE_RATE
@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 
 _DECODE_THREADS = 2  # libsndfile, FFmpeg and soxr release the GIL while they work
 _CHUNK_ROWS = 64  # rows in flight at once: bounds memory however long the manifest
-# `train --check sample:N` decodes the same N rows of the same data in every run.
-SAMPLE_SEED = 0
 
 # Every problem a row can have, in report order, with what it means.
 PROBLEMS: dict[str, str] = {
@@ -282,7 +280,7 @@ def checked_rows(
     rows; `manifest.rows` may be a one-pass iterator (`load_manifest(lazy=True)`).
 
     `decode`: the rows (`Row.index`) whose audio is decoded, the others' headers read
-    (`sampled_rows`); None decodes every row. A clip the cache knows is never decoded."""
+    (data/sampled_check.py); None decodes every row. A clip the cache knows is never decoded."""
     from fitwhisper.logs import progress_enabled
 
     seen_audio = FirstByContent()
@@ -301,7 +299,7 @@ def checked_rows(
         if (known := cache.get(key)) is not None:
             return AudioFacts(**{**known, "problem": _problem(known["problem"])})
         if decode is not None and row.index not in decode:
-            return _probe_audio(row)  # header facts: not what the cache keeps
+            return probe_facts(row)  # header facts: not what the cache keeps
         facts = _inspect_audio(row)
         cache.put(key, facts)
         return facts
@@ -351,32 +349,6 @@ class FirstByContent:
 
     def __del__(self) -> None:
         self._db.close()
-
-
-def sampled_rows(rows: int, size: int) -> frozenset[int]:
-    """The rows (positions) `--check sample:N` decodes: `size` of `rows` drawn at random,
-    the same ones in every run on the same data."""
-    if size >= rows:
-        return frozenset(range(rows))
-    return frozenset(random.Random(SAMPLE_SEED).sample(range(rows), size))
-
-
-def sample_size(check: str) -> int | None:
-    """`--check`'s N for `sample:N`, None for `full`.
-
-    Raises:
-        ConfigError: anything else.
-    """
-    if check == "full":
-        return None
-    kind, _, count = check.partition(":")
-    if kind == "sample" and count.isdigit() and int(count) > 0:
-        return int(count)
-    raise ConfigError(
-        f"--check {check!r} is neither full nor sample:N",
-        hint="pass --check full (decode every clip) or --check sample:N with N a positive "
-        "number of rows to decode, such as sample:1000",
-    )
 
 
 def _problem(kept: dict | None) -> Problem | None:
@@ -447,52 +419,13 @@ def _inspect_audio(row: Row) -> AudioFacts:
             samples, info = load_audio_with_info(row.audio)
         else:  # the row's span only: rows pointing into one recording differ by their span
             samples, info = load_span_with_info(row.audio, row.offset_s, row.duration_s)
-            past_end = _past_end(row, info.duration_s)
+            past_end = span_past_end(row, info.duration_s)
             info = replace(info, duration_s=samples.size / SAMPLE_RATE)
     except AudioDecodeError as e:
         return AudioFacts(Problem("undecodable_audio", e.message))
     except DataError as e:  # a path inside a dataset row that does not exist
         return AudioFacts(Problem("missing_file", e.message))
     return facts(samples, info, past_end)
-
-
-def _probe_audio(row: Row) -> AudioFacts:
-    """One clip's header (sample rate, channels, duration), for a row `--check sample:N`
-    does not decode. What only its samples show (silence, NaN, damage past the header) is
-    checked when training loads it (data/late_check.py)."""
-    if row.audio is None:
-        return AudioFacts(decoded=False)
-    if isinstance(row.audio, Path) and not row.audio.is_file():
-        return AudioFacts(Problem("missing_file", f"{row.audio} not found"), decoded=False)
-    try:
-        info = probe_audio(row.audio)
-    except AudioDecodeError as e:
-        return AudioFacts(Problem("undecodable_audio", e.message), decoded=False)
-    except DataError as e:
-        return AudioFacts(Problem("missing_file", e.message), decoded=False)
-    duration, past_end = info.duration_s, None
-    if row.offset_s is not None:
-        past_end = _past_end(row, info.duration_s)
-        rest = max(info.duration_s - row.offset_s, 0.0)
-        duration = rest if row.duration_s is None else min(row.duration_s, rest)
-    return AudioFacts(
-        sample_rate_hz=info.sample_rate_hz,
-        channels=info.channels,
-        duration_s=duration,
-        span_past_end=past_end,
-        decoded=False,
-    )
-
-
-def _past_end(row: Row, recording_s: float) -> str | None:
-    """How a row's offset/duration reaches past the end of its recording, or None."""
-    end = row.offset_s + (row.duration_s or 0.0)
-    if max(row.offset_s, end) <= recording_s + TOLERANCE_S:
-        return None
-    return (
-        f"offset {row.offset_s:g} s + duration {row.duration_s or 0:g} s > "
-        f"the recording's {recording_s:.2f} s"
-    )
 
 
 def row_problems(row: Row, samples, info, cfg: DataConfig, tokenizer) -> list[Problem]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fitwhisper.data.audio import AudioInfo
+from fitwhisper.data.manifest import Row
+from fitwhisper.data.segments import TOLERANCE_S
 from fitwhisper.whisper_facts import SAMPLE_RATE
 
 SILENCE_PEAK = 1e-4  # peak |sample| below this (-80 dBFS) counts as a silent clip
@@ -38,7 +40,7 @@ class AudioFacts:
     nonfinite: int = 0  # NaN or Inf samples
     clipped_share: float = 0.0  # share of samples at full scale
     span_past_end: str | None = None  # an offset/duration beyond the recording: how far
-    decoded: bool = True  # False: the header's facts only (data/check.py's `_probe_audio`)
+    decoded: bool = True  # False: the header's facts only (data/sampled_check.py `probe_facts`)
 
 
 def content_problems(audio: AudioFacts) -> list[Problem]:
@@ -82,4 +84,15 @@ def facts(samples: np.ndarray, info, past_end: str | None = None) -> AudioFacts:
         digest=(
             hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest() if samples.size else None
         ),
+    )
+
+
+def span_past_end(row: Row, recording_s: float) -> str | None:
+    """How a row's offset/duration reaches past the end of its recording, or None."""
+    end = row.offset_s + (row.duration_s or 0.0)
+    if max(row.offset_s, end) <= recording_s + TOLERANCE_S:
+        return None
+    return (
+        f"offset {row.offset_s:g} s + duration {row.duration_s or 0:g} s > "
+        f"the recording's {recording_s:.2f} s"
     )

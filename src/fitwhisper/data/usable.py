@@ -13,14 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fitwhisper.config import DataConfig
-from fitwhisper.data.check import (
-    CheckReport,
-    apply_bad_row_policy,
-    check_manifest,
-    sampled_rows,
-)
+from fitwhisper.data.check import CheckReport, apply_bad_row_policy, check_manifest
 from fitwhisper.data.manifest import Row, load_manifest, select
 from fitwhisper.data.recordings import CutReport, cut_recordings
+from fitwhisper.data.sampled_check import sampled_rows
 from fitwhisper.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -35,16 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from fitwhisper.memory.architectures import TABLE_MODELS
+from fitwhisper.method import FALLBACKS, bitsandbytes_runs_here
 from fitwhisper.method import METHODS as ALL_METHODS
-from fitwhisper.method import bitsandbytes_runs_here
 from fitwhisper.whisper_facts import WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
 
 GIB = 2**30
 
-# method label -> the MemoryRequest fields that select it
-METHODS: dict[str, dict[str, bool]] = {m.label: m.flags for m in ALL_METHODS.values()}
+# method label -> the MemoryRequest fields that select it: the planner's four fallbacks
+METHODS: dict[str, dict[str, str]] = {
+    ALL_METHODS[m].label: {"training_method": m} for m in FALLBACKS
+}
 # Settings every verdict assumes: the least memory short of a smaller model or method.
 VERDICT_SETTINGS: dict[str, Any] = {
     "per_device_train_batch_size": 1,
@@ -151,9 +153,8 @@ def doctor(
     for model in models:
         for method, flags in METHODS.items():
             need = predict(model=model, precision=precision, **VERDICT_SETTINGS, **flags)
-            verdict, why = _verdict(
-                need, gpu, facts, quantised="use_8bit" in flags or "use_4bit" in flags
-            )
+            quantised = ALL_METHODS[flags["training_method"]].quantised
+            verdict, why = _verdict(need, gpu, facts, quantised=quantised)
             report["verdicts"].append(
                 {
                     "model": model,

@@ -14,18 +14,18 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
+from fitwhisper.method import ALIASES, TrainingMethod, method_of, with_method
 
 log = logging.getLogger(__name__)
 
+# The method is a plan's `method` (or, in a plan made before it, the earlier flags).
 MODEL_KEYS = (
     "model",
-    "use_lora",
-    "use_8bit",
-    "use_4bit",
     "freeze_encoder",
     "lora_r",
     "lora_target_modules",
@@ -93,6 +93,8 @@ def load_plan(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"plan {p} is not valid JSON: {e}", hint="write it again") from e
     settings = raw.get("settings") if isinstance(raw, dict) else None
     missing = [k for k in (*MODEL_KEYS, *TRAIN_KEYS) if k not in (settings or {})]
+    if not any(k in (settings or {}) for k in ("method", *ALIASES)):
+        missing.append("method")
     if not isinstance(raw, dict) or raw.get("fitwhisper_plan") != 1 or missing:
         raise ConfigError(
             f"{p} is not a fitwhisper plan"
@@ -110,10 +112,18 @@ def apply_settings(
     train = {k: settings[k] for k in TRAIN_KEYS}
     if settings.get("deepspeed") and not train_cfg.deepspeed:
         train["deepspeed"] = settings["deepspeed"]
-    return (
-        dataclasses.replace(model_cfg, **{k: settings[k] for k in MODEL_KEYS}),
-        dataclasses.replace(train_cfg, **train),
-    )
+    model = {k: settings[k] for k in MODEL_KEYS}
+    model |= with_method(model_cfg, _planned_method(settings))
+    return dataclasses.replace(model_cfg, **model), dataclasses.replace(train_cfg, **train)
+
+
+def _planned_method(settings: dict[str, Any]) -> TrainingMethod:
+    return method_of(SimpleNamespace(**settings))
+
+
+def _named_method(model_cfg: ModelConfig, explicit: set[str]) -> TrainingMethod | None:
+    """The method the user named (by --method or an earlier flag), or None."""
+    return method_of(model_cfg) if explicit & {"method", *ALIASES} else None
 
 
 def launched_world() -> tuple[int, int]:
@@ -154,7 +164,7 @@ def auto_fit(
     from fitwhisper.memory.predict import MemoryRequest
     from fitwhisper.memory.search import detected_gpu_memory, parse_memory, search
     from fitwhisper.memory.sharded import DEEPSPEED_STAGES
-    from fitwhisper.method import METHODS
+    from fitwhisper.method import FALLBACKS
     from fitwhisper.precision import hardware, run_precision
 
     total = detected_gpu_memory()
@@ -166,9 +176,8 @@ def auto_fit(
             "with --plan plan.json",
         )
     budget = parse_memory(train_cfg.gpu_memory) if train_cfg.gpu_memory else total
-    chosen = {"use_4bit": "4bit", "use_8bit": "8bit", "use_lora": "lora"}
-    named = [m for k, m in chosen.items() if getattr(model_cfg, k) and k in explicit]
-    methods = tuple(named[:1]) or tuple(METHODS)
+    named = _named_method(model_cfg, explicit)
+    methods = (named.name,) if named else FALLBACKS
     # Under a launcher the memory is each GPU's, and the effective batch is the whole run's.
     local, machines = launched_world()
     effective = (
@@ -184,9 +193,7 @@ def auto_fit(
         data_cfg,
         train_cfg,
         precision=run_precision(train_cfg.fp16, train_cfg.bf16),
-        use_lora=False,
-        use_8bit=False,
-        use_4bit=False,
+        training_method="full",
         gradient_checkpointing=False,
         per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
     )
@@ -216,6 +223,9 @@ def _conflicts(
     settings: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainConfig, explicit: set[str]
 ) -> list[str]:
     found = []
+    named, planned = _named_method(model_cfg, explicit), _planned_method(settings)
+    if named is not None and named != planned:
+        found.append(f"--method {named.option}, the plan says {planned.option}")
     for key, cfg in [*((k, model_cfg) for k in MODEL_KEYS), *((k, train_cfg) for k in TRAIN_KEYS)]:
         mine, planned = getattr(cfg, key), settings[key]
         if key in explicit and mine != planned and not (mine is None and planned is False):
@@ -229,5 +239,5 @@ def _show(v: Any) -> str:
 
 def _summary(s: dict[str, Any]) -> str:
     return ", ".join(
-        f"{k}={_show(s[k])}" for k in (*TRAIN_KEYS, "use_lora", "use_8bit", "use_4bit")
+        [*(f"{k}={_show(s[k])}" for k in TRAIN_KEYS), f"method={_planned_method(s).option}"]
     )

@@ -32,6 +32,7 @@ import torch
 
 from fitwhisper.errors import OutOfMemoryError
 from fitwhisper.memory.predict import MemoryRequest
+from fitwhisper.method import method_of
 from fitwhisper.models import checkpointing
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,11 @@ def plan_command(request: MemoryRequest, processes: int = 1) -> str:
     flags = [f"--model {request.model}", "--per_device_train_batch_size 1"]
     if request.precision != "fp32":
         flags.append(f"--{request.precision}")
-    for name in ("gradient_checkpointing", "freeze_encoder", "use_lora", "use_8bit", "use_4bit"):
+    for name in ("gradient_checkpointing", "freeze_encoder"):
         if getattr(request, name):
             flags.append(f"--{name}")
+    if flag := method_of(request).flag:
+        flags.append(flag)
     flags.append(f"--max_audio_len {request.max_audio_len:g}")
     if processes > 1:
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or processes)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fitwhisper.config import DataConfig, ModelConfig, TrainConfig
+from fitwhisper.method import MethodOption
 from fitwhisper.option_ranges import PROCESSES
 
 DEFAULT_MARGIN = 0.10  # of the budget, kept free for what the prediction leaves out
@@ -55,6 +56,7 @@ class PlanOptions:
             "metavar": "NAME",
         },
     )
+    method: MethodOption = same_as(ModelConfig, "method")
     use_lora: bool = same_as(ModelConfig, "use_lora")
     lora_r: int = same_as(ModelConfig, "lora_r")
     lora_target_modules: list[str] = same_as(ModelConfig, "lora_target_modules")
@@ -153,9 +155,9 @@ class PlanOptions:
     allow_methods: str | None = field(
         default=None,
         metadata={
-            "help": "Methods the search may use, from full, lora, 8bit, 4bit; lighter ones "
-            "only when the heavier cannot fit. Default: the method named by --use_lora/"
-            "--use_8bit/--use_4bit alone, else all four.",
+            "help": "Methods the search may use, from full, lora, dora, 8bit, 4bit; lighter "
+            "ones only when the heavier cannot fit. Default: the method named by --method (or "
+            "--use_lora/--use_8bit/--use_4bit) alone, else full, lora, 8bit and 4bit.",
             "metavar": "A,B",
         },
     )

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch
 
 from fitwhisper.errors import ConfigError
-from fitwhisper.method import method_of
+from fitwhisper.method import Method, method_of
 from fitwhisper.models import checkpointing
 from fitwhisper.whisper_facts import FRAMES_PER_SECOND, WINDOW_SECONDS
 
@@ -67,12 +67,10 @@ class MemoryRequest:
     optim: Optim = "adamw_torch"
     gradient_checkpointing: bool = False
     freeze_encoder: bool = False
-    use_lora: bool = False
+    training_method: Method = "full"  # fitwhisper/method.py: full, lora, dora, 8bit, 4bit
     lora_r: int = 32
     lora_target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     lora_dropout: float = 0.05
-    use_8bit: bool = False  # bitsandbytes int8 base weights (+ LoRA)
-    use_4bit: bool = False  # bitsandbytes nf4 base weights (+ LoRA)
     max_audio_len: float = WINDOW_SECONDS  # longest clip, seconds; padded to the encoder window
     encoder_window_s: float = WINDOW_SECONDS  # what the encoder sees (30 s standard)
     max_label_tokens: int = 448  # labels are padded to the longest in the batch
@@ -97,12 +95,10 @@ class MemoryRequest:
             optim=train_cfg.optim,
             gradient_checkpointing=train_cfg.gradient_checkpointing,
             freeze_encoder=model_cfg.freeze_encoder,
-            use_lora=model_cfg.use_lora,
+            training_method=method_of(model_cfg).name,
             lora_r=model_cfg.lora_r,
             lora_target_modules=tuple(model_cfg.lora_target_modules),
             lora_dropout=model_cfg.lora_dropout,
-            use_8bit=model_cfg.use_8bit,
-            use_4bit=model_cfg.use_4bit,
             max_audio_len=data_cfg.max_audio_len,
             max_label_tokens=data_cfg.max_label_tokens,
             attn_implementation=train_cfg.attn_implementation,
@@ -375,6 +371,7 @@ def _build_meta(config, req: MemoryRequest) -> torch.nn.Module:
                     lora_alpha=2 * req.lora_r,
                     lora_dropout=req.lora_dropout,
                     target_modules=list(req.lora_target_modules),
+                    **dict(method_of(req).peft_options),
                 ),
             )
     return model
@@ -414,7 +411,7 @@ def _half_base(model: torch.nn.Module, req: MemoryRequest) -> dict[str, torch.dt
     replay on fake tensors fails on half weights, so there the trace keeps it fp32 (+5% to
     +16% on the H200, on the safe side)."""
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(req.precision)
-    if half is None or method_of(req).name != "lora":
+    if half is None or not method_of(req).half_base:
         return {}
     return {n: half for n, p in model.named_parameters() if not p.requires_grad}
 
@@ -441,7 +438,7 @@ def _static_bytes(model: torch.nn.Module, req: MemoryRequest, cuda: bool) -> dic
         params += n
         if name in quantised:
             out_features = p.shape[0]
-            if req.use_8bit:  # Int8Params int8 weight + fp32 per-row scale (SCB)
+            if method_of(req).base_bits == 8:  # Int8Params int8 weight + fp32 per-row scale
                 weights += dev(n) + dev(4 * out_features)
             else:  # nf4: two weights per byte + an fp32 absmax per 64-value block
                 weights += dev(n // 2) + dev(4 * -(-n // BNB_BLOCK_4BIT))
@@ -509,8 +506,6 @@ def _validate(req: MemoryRequest) -> None:
     batch = req.per_device_train_batch_size
     if batch < 1:
         problems.append(f"--per_device_train_batch_size must be at least 1 (got {batch})")
-    if req.use_8bit and req.use_4bit:
-        problems.append("--use_8bit and --use_4bit are both set; pick one")
     if req.precision != "fp32" and req.device == "cpu" and req.precision == "fp16":
         problems.append("fp16 mixed precision needs a CUDA GPU; plan for --device cuda")
     if not 1 <= req.max_label_tokens <= 448:

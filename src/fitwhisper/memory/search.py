@@ -13,8 +13,9 @@ Preference, in order: the method (full before LoRA before 8-bit before 4-bit bas
 lighter method is a fallback, never a speed choice), then the optimizer (AdamW before its
 lighter stand-ins), then speed. The speed proxy, relative time per clip (lower is faster):
 
-    METHOD_COST[method] x (CHECKPOINT_COST if checkpointing) x (1 + STEP_OVERHEAD / batch)
+    method.relative_time x (CHECKPOINT_COST if checkpointing) x (1 + STEP_OVERHEAD / batch)
 
+with each method's `relative_time` declared on it (fitwhisper/method.py). These are
 stated assumptions, not measurements: checkpointing recomputes the forward pass (+1/3 of a
 step's compute); each forward-backward pass has a fixed cost (kernel launches, small
 matmuls that leave the GPU idle) worth half a clip's compute; LoRA skips the weight
@@ -55,12 +56,6 @@ OPTIMIZERS = ("adamw_torch", "adamw_8bit", "adafactor")  # preferred first
 # The speed proxy (see the module docstring); relative time per clip.
 STEP_OVERHEAD = 0.5  # fixed cost of one forward-backward pass, in clips of compute
 CHECKPOINT_COST = 4 / 3  # one more forward pass per step
-METHOD_COST: dict[Method, float] = {
-    "full": 1.0,
-    "lora": 0.75,
-    "8bit": 0.75 * 1.5,
-    "4bit": 0.75 * 1.3,
-}
 # GPUs without bf16 (before Ampere): mixed precision is fp16 there.
 FP16_ONLY_GPUS = re.compile(
     r"fp16-only|\b(t4|v100|p100|p40|p4|k80|m60|titan v|titan xp|quadro rtx|rtx 20\d\d|"
@@ -468,7 +463,7 @@ def _nothing_fits(
 def relative_time(method: Method, batch: int, checkpointing: bool) -> float:
     """The speed proxy: relative time per clip, lower is faster (module docstring)."""
     ckpt = CHECKPOINT_COST if checkpointing else 1.0
-    return round(METHOD_COST[method] * ckpt * (1 + STEP_OVERHEAD / batch), 4)
+    return round(METHODS[method].relative_time * ckpt * (1 + STEP_OVERHEAD / batch), 4)
 
 
 def _best_in_stage(candidate, method: Method, optim: str, batches: list[int]) -> Candidate | None:
@@ -511,7 +506,7 @@ def _request(base: MemoryRequest, method: Method, optim: str, batch: int, ckpt: 
         per_device_train_batch_size=batch,
         gradient_checkpointing=ckpt,
         optim=optim,
-        **METHODS[method].options(),
+        training_method=method,
     )
 
 

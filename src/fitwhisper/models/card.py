@@ -15,8 +15,11 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
+
+from fitwhisper.method import TrainingMethod, method_of
 
 CARD = "README.md"
 EXPORTS_HEADING = "## Exports"
@@ -110,14 +113,14 @@ def run_card(run_dir: Path, *, model_name: str | None = None) -> str:
         license=license_,
         library_name="transformers",
         pipeline_tag="automatic-speech-recognition",
-        tags=["whisper", "fitwhisper", _method(facts.record).replace(" ", "-")],
+        tags=["whisper", "fitwhisper", _method(facts.record).name],
         eval_results=results or None,
     )
     body = [
         f"# {name}",
         "",
         f"A fine-tune of [{base}](https://huggingface.co/{base}) by "
-        f"[fitwhisper](https://pypi.org/project/fitwhisper/) ({_method(facts.record)}).",
+        f"[fitwhisper](https://pypi.org/project/fitwhisper/) ({_method(facts.record).title}).",
         "",
         *_data_section(facts),
         *_results_section(facts),
@@ -262,10 +265,8 @@ def _options_section(facts: RunFacts) -> list[str]:
             "language",
             "task",
             "output_script",
-            "use_lora",
+            "method",
             "lora_r",
-            "use_8bit",
-            "use_4bit",
             "freeze_encoder",
         ),
         "train": (
@@ -286,10 +287,13 @@ def _options_section(facts: RunFacts) -> list[str]:
         ),
     }
     out = ["## Training options", "", "| option | value |", "|---|---|"]
+    method = _method(facts.record)
+    # A record from before --method holds only the earlier flags: the method they name.
+    model = {**model, "method": None if method.name == "full" else method.option}
     for section, names in keys.items():
         values = model if section == "model" else train
         for k in names:
-            if k == "lora_r" and not model.get("use_lora"):
+            if k == "lora_r" and not method.adapters:
                 continue
             if k in values and values[k] not in (None, False, -1):
                 out.append(f"| `--{k}` | `{values[k]}` |")
@@ -333,13 +337,9 @@ def _augmentation_lines(record: dict) -> list[str]:
     ]
 
 
-def _method(record: dict) -> str:
-    m = record.get("model", {})
-    if m.get("use_4bit"):
-        return "4-bit LoRA"
-    if m.get("use_8bit"):
-        return "8-bit LoRA"
-    return "LoRA" if m.get("use_lora") else "full fine-tune"
+def _method(record: dict) -> TrainingMethod:
+    """The method a run record names (`method`, or the earlier flags of an older record)."""
+    return method_of(SimpleNamespace(**record.get("model", {})))
 
 
 def _short(normalizer: str) -> str:

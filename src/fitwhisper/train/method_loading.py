@@ -6,9 +6,10 @@ its flags; the run's precision, resolved once by `train`, decides the 4-bit laye
 dtype:
 
     (none)               full fine-tuning; --freeze_encoder trains the decoder only
-    --use_lora           LoRA adapters (PEFT) on a frozen base; the run saves the adapter
-    --use_8bit           the base loaded in 8 bits (bitsandbytes LLM.int8()), LoRA on top
-    --use_4bit           the base loaded in 4-bit NF4 (QLoRA), LoRA on top
+    --method lora        LoRA adapters (PEFT) on a frozen base; the run saves the adapter
+    --method dora        DoRA adapters (PEFT's use_dora), saved and merged as LoRA's are
+    --method 8bit-lora   the base loaded in 8 bits (bitsandbytes LLM.int8()), LoRA on top
+    --method 4bit-lora   the base loaded in 4-bit NF4 (QLoRA), LoRA on top
 
 bitsandbytes (a dependency) has a CPU backend: 8-bit and 4-bit bases, and --optim
 adamw_8bit, train on CPU as on CUDA; the quantised base goes to the CPU there and to this
@@ -33,7 +34,7 @@ from typing import Any
 
 from fitwhisper.config import WHISPER_LINEAR_MODULES, ModelConfig, TrainConfig
 from fitwhisper.errors import ConfigError
-from fitwhisper.method import bitsandbytes_runs_here, method_of
+from fitwhisper.method import bitsandbytes_runs_here, method_of, method_problems
 from fitwhisper.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -48,17 +49,15 @@ def problems(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: Precisio
     Checks only what is known without loading anything: option values and whether
     bitsandbytes is installed (its CPU backend serves machines without CUDA).
     """
-    found: list[str] = []
-    quantised = model_cfg.use_8bit or model_cfg.use_4bit
+    found: list[str] = method_problems(model_cfg)
+    method = method_of(model_cfg)
     spec = Path(model_cfg.model).expanduser()
     if is_adapter_dir(spec) or (is_adapter_dir(spec / "final") and not is_model_dir(spec)):
         found.append(
             f"--model {model_cfg.model} is a LoRA adapter; to train on from it, merge it first "
             "(fitwhisper merge ADAPTER OUT) and pass --model OUT"
         )
-    if model_cfg.use_8bit and model_cfg.use_4bit:
-        found.append("--use_8bit and --use_4bit are both set; pick one")
-    if quantised or model_cfg.use_lora:
+    if method.adapters:
         # --lora_r, --lora_alpha and --lora_dropout: their ranges are their fields' own.
         unknown = [m for m in model_cfg.lora_target_modules if m not in WHISPER_LINEAR_MODULES]
         if unknown:
@@ -68,11 +67,11 @@ def problems(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: Precisio
             )
         elif not model_cfg.lora_target_modules:
             found.append("--lora_target_modules is empty; name at least one layer")
-    if quantised:
-        found += _bitsandbytes_problems("--use_4bit" if model_cfg.use_4bit else "--use_8bit")
+    if method.quantised:
+        found += _bitsandbytes_problems(method.flag)
     if train_cfg.optim == "adamw_8bit":
         found += _bitsandbytes_problems("--optim adamw_8bit")
-    if model_cfg.use_4bit:
+    if method.base_bits == 4:
         dtype = model_cfg.bnb_4bit_compute_dtype
         if precision == "fp16" and dtype in ("bfloat16", "float32"):
             found.append(
@@ -119,7 +118,7 @@ def base_dtype(model_cfg: ModelConfig, precision: Precision) -> str | None:
     its weights to that dtype in every matmul anyway. The adapters stay fp32 (PEFT upcasts
     them), so the optimizer and gradient scaler see fp32 parameters only.
     """
-    if method_of(model_cfg).name != "lora":
+    if not method_of(model_cfg).half_base:
         return None
     return {"bf16": "bfloat16", "fp16": "float16"}.get(precision)
 
@@ -192,7 +191,7 @@ def prepare_for_training(model, model_cfg: ModelConfig, train_cfg: TrainConfig):
         # peft reads `is_gradient_checkpointing`, deprecated in transformers 5: not ours to fix.
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         peft_model = get_peft_model(model, lora_config(model_cfg))
-    if method.name == "lora":  # the only method whose base may load in half precision
+    if method.half_base:  # a base that may load in half precision
         _features_in_weight_dtype(model)
     trainable, total = _count_parameters(peft_model)
     log.info(
@@ -235,7 +234,8 @@ def _features_in_weight_dtype(model) -> None:
 
 
 def lora_config(model_cfg: ModelConfig):
-    """PEFT LoraConfig from the options; with --freeze_encoder, decoder layers only."""
+    """PEFT LoraConfig from the options and the method's own (DoRA's use_dora); with
+    --freeze_encoder, decoder layers only."""
     from peft import LoraConfig
 
     targets: list[str] | str = list(model_cfg.lora_target_modules)
@@ -248,6 +248,7 @@ def lora_config(model_cfg: ModelConfig):
         lora_dropout=model_cfg.lora_dropout,
         target_modules=targets,
         bias="none",
+        **dict(method_of(model_cfg).peft_options),
     )
 
 

@@ -51,7 +51,7 @@ def checked_rows(
     Raises:
         DataError: unfit rows with --bad_rows error, or no usable training row.
     """
-    from fitwhisper.data.check import sample_size
+    from fitwhisper.data.sampled_check import sample_size
     from fitwhisper.data.usable import usable_rows
     from fitwhisper.train import streamed
 
@@ -178,7 +178,7 @@ def option_problems(model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: Tra
 
 
 def _check_problems(train_cfg: TrainConfig) -> list[str]:
-    from fitwhisper.data.check import sample_size
+    from fitwhisper.data.sampled_check import sample_size
     from fitwhisper.errors import ConfigError
 
     try:

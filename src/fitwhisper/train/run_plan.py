@@ -289,17 +289,23 @@ def _apply_memory_plan(
 
 
 def _apply_method(model_cfg: ModelConfig, why: dict[str, str]) -> ModelConfig:
-    """The model preset (Breeze-ASR-25: zh, Traditional output), and LoRA switched on for a
-    quantised base, which cannot be trained directly."""
+    """The model preset (Breeze-ASR-25: zh, Traditional output), and the method's options
+    made whole: `method` and the earlier flags agree from here on (the run record holds
+    both)."""
+    from fitwhisper.method import method_problems, with_method
     from fitwhisper.models.presets import apply_model_preset
 
     model_cfg = apply_model_preset(model_cfg)
-    why["method"] = "--use_lora, --use_8bit, --use_4bit as given (none: full)"
-    if method_of(model_cfg).quantised and not model_cfg.use_lora:
-        log.info("--use_8bit/--use_4bit train LoRA adapters on the quantised base: --use_lora on")
-        model_cfg = dataclasses.replace(model_cfg, use_lora=True)
-        why["method"] = "a quantised base trains LoRA adapters only: --use_lora on"
-    return model_cfg
+    if method_problems(model_cfg):
+        return model_cfg  # contradicting method options: validation names them, unresolved
+    method = method_of(model_cfg)
+    if model_cfg.method != "full":
+        why["method"] = f"--method {method.option}"
+    elif method.name != "full":
+        why["method"] = f"{method.flag} (the same as --method {method.option})"
+    else:
+        why["method"] = "--method full (the default)"
+    return dataclasses.replace(model_cfg, **with_method(model_cfg, method))
 
 
 def _resolve_encoder_input(
