@@ -222,3 +222,40 @@ def test_a_small_set_trains_more_epochs_unless_epochs_or_steps_are_given() -> No
     assert epochs(88, max_steps=40) == (3, "--max_steps as given")
     # A library call: a value other than the default is given.
     assert epochs(88, given=None, num_train_epochs=2)[0] == 2
+
+
+def test_continuing_a_mandarin_fine_tune_keeps_its_language_and_its_cer(
+    tiny_multilingual_dir: Path, tmp_path: Path
+) -> None:
+    """Without --language, `train` takes the language a fine-tune on disk recorded, by the
+    rule `evaluate` and `transcribe` follow: it was cleared, and the held-out clips (no
+    language column) were scored by WER."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from fitwhisper.cli import main
+
+    model = tmp_path / "zh-fine-tune"
+    shutil.copytree(tiny_multilingual_dir, model)
+    gen = GenerationConfig.from_pretrained(model)
+    gen.language, gen.task = "zh", "transcribe"
+    gen.save_pretrained(model)
+    rows = []
+    for i, text in enumerate(["你好", "謝謝你", "再見了", "早安"]):
+        wav = write_tone(tmp_path / f"{i}.wav", 1.0 + 0.2 * i, freq=300 + 50 * i)
+        rows.append({"audio": str(wav), "text": text})
+    manifest = tmp_path / "zh.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    out = tmp_path / "run"
+    argv = [
+        "train", "--model", str(model), "--train_manifest", str(manifest),
+        "--eval_manifest", str(manifest), "--output_dir", str(out), "--max_steps", "2",
+        "--per_device_train_batch_size", "2", "--generation_max_length", "6",
+        "--report_to", "none", "--no-score_before", "-q",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    plan = json.loads((out / "run_plan.json").read_text())
+    assert (plan["language"], plan["scoring_language"], plan["metric"]) == ("zh", "zh", "cer")
+    assert "recorded in the model's generation config" in plan["why"]["language"]
+    assert GenerationConfig.from_pretrained(out / "final").language == "zh"

@@ -95,6 +95,7 @@ def resolve_options(
     explicit = options_given((model_cfg, data_cfg, train_cfg), explicit)
     model_cfg, train_cfg = _apply_memory_plan(model_cfg, data_cfg, train_cfg, explicit, why)
     model_cfg = _apply_method(model_cfg, why)
+    model_cfg = _apply_language(model_cfg, explicit, why)
     train_cfg, reasons = with_recipe(model_cfg, train_cfg, explicit)
     why |= reasons
     train_cfg = _resolve_encoder_input(model_cfg, train_cfg, why)
@@ -306,6 +307,30 @@ def _apply_method(model_cfg: ModelConfig, why: dict[str, str]) -> ModelConfig:
     else:
         why["method"] = "--method full (the default)"
     return dataclasses.replace(model_cfg, **with_method(model_cfg, method))
+
+
+def _apply_language(model_cfg: ModelConfig, explicit: set[str], why: dict[str, str]) -> ModelConfig:
+    """The language the run prompts and scores in, by the rule `evaluate` and `transcribe`
+    follow (models/resolve.py `language_choice`): --language, else the model's preset,
+    else the language a fine-tune on disk recorded, so continuing to train a Mandarin
+    fine-tune keeps its zh (and its CER). A Hub id's recorded language is not read before
+    its download: pass --language there."""
+    from fitwhisper.errors import FitWhisperError
+    from fitwhisper.models.resolve import language_choice
+
+    if model_cfg.language:
+        given = "language" in explicit
+        why["language"] = "--language" if given else f"the preset of {model_cfg.model}"
+        return model_cfg
+    if not Path(model_cfg.model).expanduser().is_dir():
+        why["language"] = "none given (a Hub model's recorded language is not read: --language)"
+        return model_cfg
+    try:
+        language, reason = language_choice(model_cfg.model, None)
+    except (FitWhisperError, OSError):  # an unreadable folder: validation says why
+        language, reason = None, "none given"
+    why["language"] = reason
+    return dataclasses.replace(model_cfg, language=language) if language else model_cfg
 
 
 def _resolve_encoder_input(
