@@ -204,9 +204,28 @@ def recorded_language(spec: str | Path | ResolvedModel) -> str | None:
             gen = _from_pretrained(GenerationConfig, resolved)
         except (OSError, ModelLoadError):  # no generation_config.json: nothing recorded
             return None
-    if not getattr(gen, "is_multilingual", False) or not getattr(gen, "language", None):
+    return _language_in(gen.to_dict())
+
+
+def language_on_disk(folder: str | Path) -> str | None:
+    """`recorded_language` of a model folder (or a run folder's final/) read from its
+    generation_config.json alone, nothing resolved or loaded: for `train`, which decides
+    its language before its options are checked."""
+    for candidate in (Path(folder).expanduser(), Path(folder).expanduser() / "final"):
+        path = candidate / "generation_config.json"
+        if path.is_file() and not (candidate / "adapter_config.json").is_file():
+            try:
+                return _language_in(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError):  # unreadable: loading the model will say why
+                return None
+    return None
+
+
+def _language_in(gen: dict) -> str | None:
+    """A generation config's language, for a multilingual model only."""
+    if not gen.get("is_multilingual") or not gen.get("language"):
         return None
-    return language_code(str(gen.language))
+    return language_code(str(gen["language"]))
 
 
 # --- helpers ------------------------------------------------------------------------------

@@ -311,12 +311,11 @@ def _apply_method(model_cfg: ModelConfig, why: dict[str, str]) -> ModelConfig:
 
 def _apply_language(model_cfg: ModelConfig, explicit: set[str], why: dict[str, str]) -> ModelConfig:
     """The language the run prompts and scores in, by the rule `evaluate` and `transcribe`
-    follow (models/resolve.py `language_choice`): --language, else the model's preset,
-    else the language a fine-tune on disk recorded, so continuing to train a Mandarin
-    fine-tune keeps its zh (and its CER). A Hub id's recorded language is not read before
-    its download: pass --language there."""
-    from fitwhisper.errors import FitWhisperError
-    from fitwhisper.models.resolve import language_choice
+    follow (models/resolve.py `language_choice`): --language, else the model's preset
+    (applied by `_apply_method`), else the language a fine-tune on disk recorded, so
+    continuing to train a Mandarin fine-tune keeps its zh (and its CER). A Hub id's
+    recorded language is not read before its download: pass --language there."""
+    from fitwhisper.models.resolve import language_on_disk
 
     if model_cfg.language:
         given = "language" in explicit
@@ -325,12 +324,11 @@ def _apply_language(model_cfg: ModelConfig, explicit: set[str], why: dict[str, s
     if not Path(model_cfg.model).expanduser().is_dir():
         why["language"] = "none given (a Hub model's recorded language is not read: --language)"
         return model_cfg
-    try:
-        language, reason = language_choice(model_cfg.model, None)
-    except (FitWhisperError, OSError):  # an unreadable folder: validation says why
-        language, reason = None, "none given"
-    why["language"] = reason
-    return dataclasses.replace(model_cfg, language=language) if language else model_cfg
+    if language := language_on_disk(model_cfg.model):
+        why["language"] = "recorded in the model's generation config (its fine-tune's language)"
+        return dataclasses.replace(model_cfg, language=language)
+    why["language"] = "none given or recorded: an English-only model, or detected per clip"
+    return model_cfg
 
 
 def _resolve_encoder_input(
