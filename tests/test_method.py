@@ -44,6 +44,7 @@ def test_the_method_or_its_aliases_select_one_method(on: dict, name: str) -> Non
         ({"method": "dora", "use_8bit": True}, "--method dora and --use_8bit"),
         ({"method": "lora", "use_4bit": True}, "--method lora and --use_4bit"),
         ({"method": "8bit-lora", "use_4bit": True}, "--method 8bit-lora and --use_4bit"),
+        ({"method": "qlora"}, "--method 'qlora' is none of full, lora, dora"),  # the API's
     ],
 )
 def test_methods_that_contradict_each_other_are_named(on: dict, problem: str) -> None:

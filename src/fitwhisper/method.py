@@ -149,8 +149,9 @@ def method_of(options: Any) -> TrainingMethod:
     if (name := getattr(options, "training_method", None)) is not None:
         return METHODS[name]
     named = getattr(options, "method", None) or "full"
-    if named != "full":
+    if named != "full" and named in _BY_OPTION:
         return _BY_OPTION[named]
+    # An unknown name selects nothing here; `method_problems` names it before anything loads.
     for alias, option in ALIASES.items():
         if getattr(options, alias, False):
             return _BY_OPTION[option]
@@ -164,6 +165,8 @@ def method_problems(options: Any) -> list[str]:
     named = getattr(options, "method", None) or "full"
     if named == "full":
         return []
+    if named not in _BY_OPTION:
+        return [f"--method {named!r} is none of {', '.join(_BY_OPTION)}"]
     method = _BY_OPTION[named]
     for alias, option in ALIASES.items():
         aliased = _BY_OPTION[option]
