@@ -8,14 +8,9 @@ import json
 from pathlib import Path
 
 import torch
+from tests.train.test_methods import LOGITS_ATOL, _logits
 
 from fitwhisper.cli import main
-
-
-def _logits(model, features: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    model.eval()
-    with torch.no_grad():
-        return model(input_features=features, decoder_input_ids=ids).logits
 
 
 def test_dora_trains_merges_and_exports(
@@ -57,9 +52,9 @@ def test_dora_trains_merges_and_exports(
     )["input_features"]
     ids = torch.tensor([[merged.config.decoder_start_token_id, 50362, 440, 1115]])
     want = _logits(adapted, features, ids)
-    assert torch.allclose(_logits(merged, features, ids), want, atol=1e-4, rtol=0)
+    assert torch.allclose(_logits(merged, features, ids), want, atol=LOGITS_ATOL, rtol=0)
     base = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir)
-    assert not torch.allclose(_logits(base, features, ids), want, atol=1e-4, rtol=0)
+    assert not torch.allclose(_logits(base, features, ids), want, atol=LOGITS_ATOL, rtol=0)
 
     # The run folder exports as a LoRA run does (merged first, then written).
     exported = tmp_path / "exported"

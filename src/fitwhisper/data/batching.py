@@ -77,6 +77,30 @@ class LengthGroupedTrainerMixin:
         return EpochSeededLengthGroupedSampler(step, sampler_lengths(lengths), args.seed)
 
 
+class ItemsOf(Dataset):
+    """A dataset that passes on another's items one for one (tagged with their position,
+    or replaced when unfit): its length, and the attributes the length-grouped sampler and
+    mixed windows read, are the base's."""
+
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @property
+    def lengths(self):  # the length-grouped sampler's durations, when the base has them
+        return getattr(self.base, "lengths", None)
+
+    @property
+    def batches_by_kind(self) -> bool:  # data/mixed_windows.py
+        return getattr(self.base, "batches_by_kind", False)
+
+    @property
+    def n_windows(self) -> int:  # items that hold several clips (data/mixed_windows.py)
+        return getattr(self.base, "n_windows", 0)
+
+
 class WithDurations(Dataset):
     """A dataset's items plus `frames`, the clip's length in log-mel frames, and `lengths`
     (seconds) for the length-grouped sampler."""

@@ -20,6 +20,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from fitwhisper.data.audio import AudioDecodeError, load_row_audio
+from fitwhisper.data.batching import ItemsOf
 from fitwhisper.data.clip_facts import Problem, decoded_problems
 from fitwhisper.errors import DataError
 
@@ -59,28 +60,14 @@ def load_training_audio(row) -> np.ndarray:
     return audio
 
 
-class ReplacingUnfit(Dataset):
+class ReplacingUnfit(ItemsOf):
     """Training items, each whose clip turns out unfit replaced by the next one that loads
     (`--check sample:N`). Put inside `guard.tagged`, which names the items of a batch."""
 
     def __init__(self, base: Dataset, record: Path) -> None:
-        self.base, self.record = base, Path(record)
+        super().__init__(base)
+        self.record = Path(record)
         self._logged = 0
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    @property
-    def lengths(self):  # the length-grouped sampler's durations, when the base has them
-        return getattr(self.base, "lengths", None)
-
-    @property
-    def batches_by_kind(self) -> bool:  # data/mixed_windows.py
-        return getattr(self.base, "batches_by_kind", False)
-
-    @property
-    def n_windows(self) -> int:  # items that hold several clips (data/mixed_windows.py)
-        return getattr(self.base, "n_windows", 0)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         n = len(self.base)

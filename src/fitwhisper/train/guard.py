@@ -37,7 +37,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import TrainerCallback
 
-from fitwhisper.data.batching import ITEMS_KEY
+from fitwhisper.data.batching import ITEMS_KEY, ItemsOf
 from fitwhisper.errors import DivergenceError
 
 log = logging.getLogger(__name__)
@@ -45,26 +45,8 @@ log = logging.getLogger(__name__)
 _SHOWN_CLIPS = 8  # clips named in the message; the rest are counted
 
 
-class _Tagged(Dataset):
+class _Tagged(ItemsOf):
     """A dataset whose items also carry their own position (for the collator to gather)."""
-
-    def __init__(self, base: Dataset) -> None:
-        self.base = base
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    @property
-    def lengths(self):  # the length-grouped sampler's durations, when the base has them
-        return getattr(self.base, "lengths", None)
-
-    @property
-    def batches_by_kind(self) -> bool:  # data/mixed_windows.py
-        return getattr(self.base, "batches_by_kind", False)
-
-    @property
-    def n_windows(self) -> int:  # items that hold several clips (data/mixed_windows.py)
-        return getattr(self.base, "n_windows", 0)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {**self.base[i], ITEMS_KEY: i}
