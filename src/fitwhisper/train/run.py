@@ -110,10 +110,15 @@ def _train_in(
     fingerprint = resume.fingerprint(
         {"model": model_cfg, "data": data_cfg, "train": train_cfg}, manifests
     )
-    # Several processes: the main one decides (and clears what --overwrite_output_dir asks).
-    resume_from = ranks.on_main(
-        lambda: resume.prepare_output_dir(out, train_cfg, fingerprint), "preparing the run folder"
-    )
+
+    # Several processes: the main one decides (and clears what --overwrite_output_dir asks,
+    # and a fresh run's record of unfit clips, which every process appends to later).
+    def prepare() -> Path | None:
+        found = resume.prepare_output_dir(out, train_cfg, fingerprint)
+        late_check.start_record(out, resumed=found is not None)
+        return found
+
+    resume_from = ranks.on_main(prepare, "preparing the run folder")
 
     # 4. Data: check every row before any weights load (the tokenizer is all it needs);
     #    output script, language tokens, rehearsal rows and the regression set (rows.py).
@@ -180,7 +185,6 @@ def _train_in(
     if resume_from is not None and run_rows.stream is not None:
         workers = train_cfg.dataloader_num_workers
         streamed.resume(data.train_ds, resume_from, ranks.rank(), ranks.world_size(), workers)
-    late_check.start_record(out, resumed=resume_from is not None)
     with deterministic_kernels(plan.deterministic):
         step, loss = resume.train_or_finish(trainer, resume_from, data.n_train)
     if run_rows.stream is not None:
