@@ -47,19 +47,8 @@ class UsableRows:
             "usable": len(self.report.usable_rows()),
             "used": len(self.rows),
             "problems": self.report.counts(),
-            **self._sampled(),
+            **_sampled(self.report),
             **({"long_recordings": self.cut.summary()} if self.cut.recordings else {}),
-        }
-
-    def _sampled(self) -> dict:
-        """What a sampled check (`--check sample:N`) decoded, and what its sample found."""
-        decoded = [r for r in self.report.rows if r.decoded]
-        if len(decoded) == len(self.report.rows):
-            return {}
-        return {
-            "decoded": len(decoded),
-            "decoded_unfit": sum(not r.ok for r in decoded),
-            "header_only": len(self.report.rows) - len(decoded),
         }
 
 
@@ -121,18 +110,30 @@ def usable_rows(
     return UsableRows(rows, skipped, report, durations, made)
 
 
-def _log_sample(path: Path, report: CheckReport) -> None:
+def _sampled(report: CheckReport) -> dict:
+    """What a sampled check (`--check sample:N`) decoded and what its sample found; empty
+    when every row was decoded."""
     decoded = [r for r in report.rows if r.decoded]
-    unfit = sum(not r.ok for r in decoded)
-    rest = len(report.rows) - len(decoded)
+    if len(decoded) == len(report.rows):
+        return {}
+    return {
+        "decoded": len(decoded),
+        "decoded_unfit": sum(not r.ok for r in decoded),
+        "header_only": len(report.rows) - len(decoded),
+    }
+
+
+def _log_sample(path: Path, report: CheckReport) -> None:
+    sampled = _sampled(report) or {"decoded": len(report.rows), "decoded_unfit": 0}
+    decoded, unfit = sampled["decoded"], sampled["decoded_unfit"]
     log.info(
         "%s: --check sample decoded %d of %d rows drawn at random (%d unfit: %.1f%%); the "
         "other %d were checked by their headers, and any whose samples fail when training "
         "loads them is replaced by the next clip and counted in data_report.json",
         path,
-        len(decoded),
+        decoded,
         len(report.rows),
         unfit,
-        100 * unfit / max(len(decoded), 1),
-        rest,
+        100 * unfit / max(decoded, 1),
+        sampled.get("header_only", 0),
     )
