@@ -76,6 +76,7 @@ from types import SimpleNamespace
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import baseline_recipe  # noqa: E402  (bench/ is not a package)
+import long_form_quality  # noqa: E402
 import train_speed  # noqa: E402
 
 SHARED = train_speed.SHARED
@@ -662,7 +663,24 @@ def run_set(ds: DataSet, split: Split, a: argparse.Namespace, work: Path) -> str
         save_outcome(out, conditions, outcome)
         outcomes.append(outcome)
         trained.add(key)
-    return format_section(ds, split, outcomes, a)
+    section = format_section(ds, split, outcomes, a)
+    if not a.long_form:
+        return section
+
+    def single_at_beam(key: str, model: str) -> Outcome:
+        out = folder / key / f"beam{long_form_quality.BEAM}"
+        conditions = row_conditions(ds, split, key, a) | {"beam_size": long_form_quality.BEAM}
+        if (saved := load_outcome(out, conditions)) is not None:
+            return saved
+        outcome = score(key, model, eval_m, ds, out / "eval", beam_size=long_form_quality.BEAM)
+        save_outcome(out, conditions, outcome)
+        return outcome
+
+    trained_rows = [o for o in outcomes if o.key not in DECODING_ROWS]
+    long_form = long_form_quality.measure(
+        ds, trained_rows, single_at_beam, folder / "long-form", a.seed, split.eval
+    )
+    return section + "\n\n" + long_form
 
 
 # --- rows kept between runs ---------------------------------------------------------------
@@ -893,6 +911,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="Judge the tuned row's trials by `tune --folds N` (cross-validation over every "
         "training speaker) instead of on --tune_val_speakers held out (default 1: held out).",
+    )
+    ap.add_argument(
+        "--long_form",
+        action="store_true",
+        help="Also join the held-out clips into recordings of minutes and score every "
+        "row's model on them as `fitwhisper transcribe` does (bench/long_form_quality.py).",
     )
     ap.add_argument("--out", default=None, help="Also write the markdown here.")
     ap.add_argument(

@@ -248,15 +248,21 @@ def transcribe_file(model_spec: str | Path, audio_path: str | Path, *, device: s
 
 
 def recording_transcriber(
-    model_spec, *, language: str | None, task: str, output_script: str | None
+    model_spec,
+    *,
+    language: str | None,
+    task: str,
+    output_script: str | None,
+    initial_prompt: str | None = None,
 ) -> Callable[[str, np.ndarray], Transcript]:
     """A function transcribing one recording of any length as `fitwhisper transcribe` does
     by default (the transformers engine, the model as trained, its long-form windows and
-    conditioning), loops dropped and the script converted: `evaluate --long_form`'s."""
+    conditioning, `--initial_prompt` if given), loops dropped and the script converted:
+    `evaluate --long_form`'s."""
     from fitwhisper.models.resolve import as_resolved
 
     model = as_resolved(model_spec)
-    opts = TranscribeOptions(language=language, task=task)
+    opts = TranscribeOptions(language=language, task=task, initial_prompt=initial_prompt)
     engine = make_engine(model, opts, choose_engine("transformers", model, resolve_device("auto")))
 
     def transcribe(name: str, audio: np.ndarray) -> Transcript:
