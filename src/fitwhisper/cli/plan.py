@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from fitwhisper.cli.flags import Options, add_command, build_config
 from fitwhisper.memory.options import PLAN_FIELDS, RECOMMEND_FIELDS, PlanOptions
@@ -63,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     # Recommendation mode: the budget, the methods allowed, then the search.
-    from fitwhisper.memory.search import search
+    from fitwhisper.memory.fit import plan_fit
 
-    plan = search(
+    plan = plan_fit(
         request,
         _budget(opts),
         effective_batch_size=opts.effective_batch_size,
@@ -103,29 +104,14 @@ def _request(opts: PlanOptions):
         precision = "fp16" if opts.fp16 else "bf16" if opts.bf16 else "fp32"
     else:
         precision = gpu_precision(opts.gpu, opts.fp16 or None, opts.bf16 or None)
+    # The request's fields that are `plan`'s options too, under the same names.
+    shared = {f.name for f in dataclasses.fields(PlanOptions)}
     fields = {
-        name: getattr(opts, name)
-        for name in (
-            "model",
-            "per_device_train_batch_size",
-            "optim",
-            "gradient_checkpointing",
-            "freeze_encoder",
-            "lora_r",
-            "lora_dropout",
-            "max_audio_len",
-            "max_label_tokens",
-            "attn_implementation",
-            "device",
-        )
+        f.name: getattr(opts, f.name) for f in dataclasses.fields(MemoryRequest) if f.name in shared
     }
     fields.update(_index_lengths(opts))
-    return MemoryRequest(
-        **fields,
-        precision=precision,
-        lora_target_modules=tuple(opts.lora_target_modules),
-        training_method=method_of(opts).name,
-    )
+    fields["lora_target_modules"] = tuple(opts.lora_target_modules)
+    return MemoryRequest(**fields, precision=precision, training_method=method_of(opts).name)
 
 
 def _index_lengths(opts: PlanOptions) -> dict:

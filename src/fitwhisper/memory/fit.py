@@ -153,6 +153,81 @@ def _check_plan_world(settings: dict[str, Any], path: str) -> None:
     )
 
 
+def plan_fit(
+    request,
+    budget_bytes: int,
+    *,
+    effective_batch_size: int,
+    methods: tuple[TrainingMethod, ...] | None = None,
+    optimizers: tuple[str, ...] | None = None,
+    num_gpus: int = 1,
+    num_nodes: int = 1,
+    deepspeed: str | None = None,
+    margin: float | None = None,
+):
+    """The one memory fit: the fastest setting of `request` within `budget_bytes` per GPU
+    (memory/search.py `search`). `fitwhisper plan`, `train --auto_fit`, each `tune` trial
+    and the presets table all plan through here, so they answer alike."""
+    from fitwhisper.memory.options import DEFAULT_MARGIN
+    from fitwhisper.memory.search import search
+
+    return search(
+        request,
+        budget_bytes,
+        effective_batch_size=effective_batch_size,
+        margin=DEFAULT_MARGIN if margin is None else margin,
+        methods=methods,
+        optimizers=optimizers,
+        num_gpus=num_gpus,
+        num_nodes=num_nodes,
+        deepspeed=deepspeed,
+    )
+
+
+def fit_run(
+    model_cfg: ModelConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    budget_bytes: int,
+    *,
+    methods: tuple[TrainingMethod, ...],
+    optimizers: tuple[str, ...] | None,
+    num_gpus: int = 1,
+    num_nodes: int = 1,
+    deepspeed: str | None = None,
+):
+    """`plan_fit` for a run's options (`--auto_fit` and each `tune` trial): its model,
+    lengths and precision as this machine trains, its effective batch (over every process
+    of the launch) kept; the method, batch and checkpointing are what the search chooses."""
+    from fitwhisper.memory.predict import MemoryRequest
+    from fitwhisper.precision import run_precision
+
+    base = MemoryRequest.from_configs(
+        model_cfg,
+        data_cfg,
+        train_cfg,
+        precision=run_precision(train_cfg.fp16, train_cfg.bf16),
+        gradient_checkpointing=False,
+        per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
+    )
+    effective = (
+        train_cfg.per_device_train_batch_size
+        * train_cfg.gradient_accumulation_steps
+        * num_gpus
+        * num_nodes
+    )
+    return plan_fit(
+        base,
+        budget_bytes,
+        effective_batch_size=effective,
+        methods=methods,
+        optimizers=optimizers,
+        num_gpus=num_gpus,
+        num_nodes=num_nodes,
+        deepspeed=deepspeed,
+    )
+
+
 def auto_fit(
     model_cfg: ModelConfig, data_cfg: DataConfig, train_cfg: TrainConfig, explicit: set[str]
 ) -> dict[str, Any]:
@@ -161,11 +236,10 @@ def auto_fit(
     Raises:
         ConfigError: no CUDA GPU, or nothing fits.
     """
-    from fitwhisper.memory.predict import MemoryRequest
-    from fitwhisper.memory.search import detected_gpu_memory, parse_memory, search
+    from fitwhisper.memory.search import detected_gpu_memory, parse_memory
     from fitwhisper.memory.sharded import DEEPSPEED_STAGES
     from fitwhisper.method import FALLBACKS
-    from fitwhisper.precision import hardware, run_precision
+    from fitwhisper.precision import hardware
 
     total = detected_gpu_memory()
     if not hardware()["cuda"] or total is None:
@@ -177,31 +251,15 @@ def auto_fit(
         )
     budget = parse_memory(train_cfg.gpu_memory) if train_cfg.gpu_memory else total
     named = _named_method(model_cfg, explicit)
-    methods = (named.name,) if named else FALLBACKS
     # Under a launcher the memory is each GPU's, and the effective batch is the whole run's.
     local, machines = launched_world()
-    effective = (
-        train_cfg.per_device_train_batch_size
-        * train_cfg.gradient_accumulation_steps
-        * local
-        * machines
-    )
     stage = train_cfg.deepspeed if train_cfg.deepspeed in DEEPSPEED_STAGES else None
-    # The method, batch and checkpointing are what the search chooses; the rest is the run's.
-    base = MemoryRequest.from_configs(
+    plan = fit_run(
         model_cfg,
         data_cfg,
         train_cfg,
-        precision=run_precision(train_cfg.fp16, train_cfg.bf16),
-        training_method="full",
-        gradient_checkpointing=False,
-        per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
-    )
-    plan = search(
-        base,
         budget,
-        effective_batch_size=effective,
-        methods=methods,
+        methods=(named.name,) if named else FALLBACKS,
         optimizers=(train_cfg.optim,) if "optim" in explicit else None,
         num_gpus=local,
         num_nodes=machines,

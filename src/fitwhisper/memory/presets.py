@@ -21,7 +21,6 @@ from fitwhisper.errors import ConfigError
 from fitwhisper.memory.architectures import TABLE_MODELS
 from fitwhisper.memory.options import DEFAULT_EFFECTIVE_BATCH, DEFAULT_MARGIN
 from fitwhisper.memory.predict import GIB, MemoryRequest
-from fitwhisper.memory.search import search
 from fitwhisper.method import Method
 
 GPUS_GB = (8, 12, 16, 24, 40, 80)
@@ -37,6 +36,8 @@ START, END = "<!-- presets:start -->", "<!-- presets:end -->"
 
 def preset_cell(model: str, method: Method, gpu_gb: int) -> str:
     """One cell: `batch x accumulation`, checkpointing and a lighter optimizer when needed."""
+    from fitwhisper.memory.fit import plan_fit
+
     base = MemoryRequest(
         model=model,
         precision="bf16",  # fp16 mixed needs the same memory
@@ -44,7 +45,7 @@ def preset_cell(model: str, method: Method, gpu_gb: int) -> str:
         lora_target_modules=LORA_TARGETS_DEFAULT,
     )
     try:
-        plan = search(
+        plan = plan_fit(
             base, gpu_gb * GIB, effective_batch_size=DEFAULT_EFFECTIVE_BATCH, methods=(method,)
         )
     except ConfigError:

@@ -295,26 +295,15 @@ def fitted(
     import optuna
 
     from fitwhisper.errors import ConfigError
-    from fitwhisper.memory.fit import apply_settings
-    from fitwhisper.memory.predict import MemoryRequest
-    from fitwhisper.memory.search import search
+    from fitwhisper.memory.fit import apply_settings, fit_run
     from fitwhisper.method import method_of
-    from fitwhisper.precision import run_precision
 
-    base = MemoryRequest.from_configs(
-        model_cfg,
-        data_cfg,
-        train_cfg,
-        precision=run_precision(train_cfg.fp16, train_cfg.bf16),
-        gradient_checkpointing=False,
-        per_device_train_batch_size=MemoryRequest.per_device_train_batch_size,
-    )
-    effective = train_cfg.per_device_train_batch_size * train_cfg.gradient_accumulation_steps
     try:
-        plan = search(
-            base,
+        plan = fit_run(
+            model_cfg,
+            data_cfg,
+            train_cfg,
             budget_bytes,
-            effective_batch_size=effective,
             methods=(method_of(model_cfg).name,),
             optimizers=(train_cfg.optim,),
         )
