@@ -91,3 +91,28 @@ def test_no_code_outside_the_registry_reads_the_method_flags() -> None:
         if read.search(line)
     ]
     assert found == []
+
+
+def test_recipe_and_search_space_are_the_method_objects(monkeypatch) -> None:
+    """`train`'s recipe and `tune`'s space read the method object: an entry with its own
+    learning rate and range gets them, with nothing else changed."""
+    import dataclasses
+
+    from fitwhisper.config import ModelConfig, TrainConfig
+    from fitwhisper.recipes import with_recipe
+    from fitwhisper.tune.space import Range, default_space
+
+    own = dataclasses.replace(
+        METHODS["dora"],
+        learning_rate=2e-4,
+        learning_rate_reason="its own",
+        learning_rate_range=(1e-4, 1e-3),
+    )
+    monkeypatch.setitem(METHODS, "dora", own)
+    train_cfg, why = with_recipe(ModelConfig(method="dora"), TrainConfig(), explicit=set())
+    assert train_cfg.learning_rate == 2e-4 and why == {"learning_rate": "its own"}
+    space = default_space("dora", by_epochs=False)
+    assert space["learning_rate"] == Range(1e-4, 1e-3, log=True) and "lora_r" in space
+    full = default_space("full", by_epochs=False)
+    assert "lora_r" not in full and full["learning_rate"] == Range(3e-6, 1e-4, log=True)
+    assert with_recipe(ModelConfig(), TrainConfig(), explicit=set())[0].learning_rate == 1e-5

@@ -10,7 +10,9 @@ are (`export/formats.py`), one vocabulary for `train`, `plan`, `tune`, the prese
 
 `--method full|lora|dora|8bit-lora|4bit-lora` selects one; the earlier flags `--use_lora`,
 `--use_8bit` and `--use_4bit` stay as its aliases. `method_of` is the one reader of all of
-them: code elsewhere asks the object it returns, never the flags. `plan --allow_methods`
+them: code elsewhere asks the object it returns, never the flags. Each object holds what
+the planner needs (its time factor), its PEFT options, its recipe (learning rate, applied by
+recipes.py) and its learning-rate range for `tune` (tune/space.py). `plan --allow_methods`
 takes the names. The loading and preparing that needs torch lives in
 `train/method_loading.py`, which reads these objects.
 """
@@ -45,6 +47,13 @@ class TrainingMethod:
     # (train/method_loading.py `base_dtype`): plain LoRA only, measured; DoRA's weight norm
     # and bitsandbytes' layers keep theirs.
     half_base: bool = False
+    # Its recipe (recipes.py applies it to what the user left alone): the learning rate,
+    # None for TrainConfig's own (full fine-tuning's 1e-5), and why, as the run plan says.
+    learning_rate: float | None = None
+    learning_rate_reason: str = ""
+    # `tune`'s learning-rate range for it (tune/space.py, log-uniform); adapter methods
+    # also search the adapters' rank, alpha and dropout.
+    learning_rate_range: tuple[float, float] = (3e-6, 1e-4)
 
     @property
     def quantised(self) -> bool:
@@ -103,13 +112,26 @@ class TrainingMethod:
         )
 
 
+# Adapters start at zero and hold a small share of the weights: at full fine-tuning's
+# 1e-5 they barely move (bench/RESULTS-quality.md), so every adapter method trains at this.
+ADAPTER_LEARNING_RATE = 1e-3
+_ADAPTER_RECIPE = dict(
+    learning_rate=ADAPTER_LEARNING_RATE,
+    learning_rate_reason=f"LoRA's default {ADAPTER_LEARNING_RATE:g} (no --learning_rate): "
+    "adapters start at zero and barely move at full fine-tuning's 1e-5 "
+    "(bench/RESULTS-quality.md)",
+    learning_rate_range=(1e-5, 3e-3),
+)
+
 # Heaviest first: `plan` and the presets try them in this order (DoRA only when asked for:
 # it is LoRA with more to compute, never a lighter fallback).
 METHODS: dict[Method, TrainingMethod] = {
     m.name: m
     for m in (
         TrainingMethod("full", "full", "full", "full", None),
-        TrainingMethod("lora", "lora", "LoRA", "LoRA", None, relative_time=0.75, half_base=True),
+        TrainingMethod(
+            "lora", "lora", "LoRA", "LoRA", None, 0.75, half_base=True, **_ADAPTER_RECIPE
+        ),
         TrainingMethod(
             "dora",
             "dora",
@@ -118,14 +140,23 @@ METHODS: dict[Method, TrainingMethod] = {
             None,
             relative_time=0.75 * 1.3,
             peft_options=(("use_dora", True),),
+            **_ADAPTER_RECIPE,
         ),
-        TrainingMethod("8bit", "8bit-lora", "8-bit base + LoRA", "8-bit+LoRA", 8, 0.75 * 1.5),
-        TrainingMethod("4bit", "4bit-lora", "4-bit base + LoRA", "4-bit+LoRA", 4, 0.75 * 1.3),
+        TrainingMethod(
+            "8bit", "8bit-lora", "8-bit base + LoRA", "8-bit+LoRA", 8, 0.75 * 1.5, **_ADAPTER_RECIPE
+        ),
+        TrainingMethod(
+            "4bit", "4bit-lora", "4-bit base + LoRA", "4-bit+LoRA", 4, 0.75 * 1.3, **_ADAPTER_RECIPE
+        ),
     )
 }
 # Those `plan`, `--auto_fit` and the presets choose among when no method is named.
 FALLBACKS: tuple[Method, ...] = ("full", "lora", "8bit", "4bit")
-_BY_OPTION = {m.option: m for m in METHODS.values()}
+_NAME_OF_OPTION: dict[str, Method] = {m.option: m.name for m in METHODS.values()}
+
+
+def _by_option(option: str) -> TrainingMethod:
+    return METHODS[_NAME_OF_OPTION[option]]
 
 
 # The first bitsandbytes whose CPU backend trains 8-bit/4-bit bases and adamw_8bit (tested).
@@ -149,12 +180,12 @@ def method_of(options: Any) -> TrainingMethod:
     if (name := getattr(options, "training_method", None)) is not None:
         return METHODS[name]
     named = getattr(options, "method", None) or "full"
-    if named != "full" and named in _BY_OPTION:
-        return _BY_OPTION[named]
+    if named != "full" and named in _NAME_OF_OPTION:
+        return _by_option(named)
     # An unknown name selects nothing here; `method_problems` names it before anything loads.
     for alias, option in ALIASES.items():
         if getattr(options, alias, False):
-            return _BY_OPTION[option]
+            return _by_option(option)
     return METHODS["full"]
 
 
@@ -165,11 +196,11 @@ def method_problems(options: Any) -> list[str]:
     named = getattr(options, "method", None) or "full"
     if named == "full":
         return []
-    if named not in _BY_OPTION:
-        return [f"--method {named!r} is none of {', '.join(_BY_OPTION)}"]
-    method = _BY_OPTION[named]
+    if named not in _NAME_OF_OPTION:
+        return [f"--method {named!r} is none of {', '.join(_NAME_OF_OPTION)}"]
+    method = _by_option(named)
     for alias, option in ALIASES.items():
-        aliased = _BY_OPTION[option]
+        aliased = _by_option(option)
         # --use_lora beside an adapter method says nothing new; any other alias must agree.
         agrees = aliased is method or (alias == "use_lora" and method.adapters)
         if getattr(options, alias, False) and not agrees:

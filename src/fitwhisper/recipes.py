@@ -1,4 +1,5 @@
-"""Defaults that depend on the training method, chosen by measurement: one home for them.
+"""Defaults that depend on the training method or the data, chosen by measurement, applied
+in one place. Each method's own values are on its object (method.py).
 
 A `train` option the user left alone takes the value the method's recipe gives; an option
 given on the command line, in a config file or (from a library call) changed from its
@@ -29,9 +30,9 @@ import dataclasses
 import math
 
 from fitwhisper.config import ModelConfig, TrainConfig
-from fitwhisper.method import method_of
+from fitwhisper.method import ADAPTER_LEARNING_RATE, method_of
 
-LORA_LEARNING_RATE = 1e-3
+LORA_LEARNING_RATE = ADAPTER_LEARNING_RATE  # each method holds its own (method.py)
 FULL_LEARNING_RATE = TrainConfig.learning_rate
 # Small sets train more epochs, to at least this many optimizer steps, in whole epochs.
 MIN_OPTIMIZER_STEPS = 128
@@ -60,14 +61,11 @@ def with_recipe(
     reason for each (for the run plan's `why`)."""
     if "learning_rate" in options_given((train_cfg,), explicit):
         return train_cfg, {"learning_rate": "--learning_rate as given"}
-    if not method_of(model_cfg).adapters:
+    method = method_of(model_cfg)
+    if method.learning_rate is None:
         return train_cfg, {"learning_rate": f"full fine-tuning's default {FULL_LEARNING_RATE:g}"}
-    reason = (
-        f"LoRA's default {LORA_LEARNING_RATE:g} (no --learning_rate): adapters start at zero "
-        "and barely move at full fine-tuning's 1e-5 (bench/RESULTS-quality.md)"
-    )
-    return dataclasses.replace(train_cfg, learning_rate=LORA_LEARNING_RATE), {
-        "learning_rate": reason
+    return dataclasses.replace(train_cfg, learning_rate=method.learning_rate), {
+        "learning_rate": method.learning_rate_reason
     }
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitwhisper.errors import ConfigError
-from fitwhisper.method import Method
+from fitwhisper.method import METHODS, Method
 
 
 @dataclass(frozen=True)
@@ -88,21 +88,20 @@ _COMMON: dict[str, Dimension] = {
     "warmup_ratio": Range(0.0, 0.2),
     "weight_decay": Range(0.0, 0.1),
 }
-_BY_METHOD: dict[str, dict[str, Dimension]] = {
-    "full": {"learning_rate": Range(3e-6, 1e-4, log=True)},
-    "lora": {
-        "learning_rate": Range(1e-5, 3e-3, log=True),
-        "lora_r": Choice((8, 16, 32, 64)),
-        "lora_alpha": Choice((16, 32, 64)),
-        "lora_dropout": Range(0.0, 0.1),
-    },
+# Searched beside the learning rate for every method that trains adapters.
+_ADAPTERS: dict[str, Dimension] = {
+    "lora_r": Choice((8, 16, 32, 64)),
+    "lora_alpha": Choice((16, 32, 64)),
+    "lora_dropout": Range(0.0, 0.1),
 }
 
 
 def default_space(method: Method, *, by_epochs: bool) -> dict[str, Dimension]:
     """The default dimensions for `method`; the number of epochs too when the run trains by
     epochs (with --max_steps the user fixed the length)."""
-    space = dict(_BY_METHOD["full" if method == "full" else "lora"]) | _COMMON
+    trains = METHODS[method]
+    space: dict[str, Dimension] = {"learning_rate": Range(*trains.learning_rate_range, log=True)}
+    space |= (_ADAPTERS if trains.adapters else {}) | _COMMON
     if by_epochs:
         space["num_train_epochs"] = Range(1, 5, integer=True)
     return space
