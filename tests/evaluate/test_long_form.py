@@ -67,3 +67,23 @@ def test_a_long_recording_is_scored_as_one_text(
         assert figures["boundaries"] == 0 and figures["mean_boundary_error_s"] is None
     # The page's clip table holds the recording, its reference aligned with the transcript.
     assert record["reference_normalized"] in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_initial_prompt_reaches_the_engine_and_needs_long_form(
+    tiny_whisper_dir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    audio = _recording(tmp_path / "data")
+    manifest = audio.parent / "long.jsonl"
+    manifest.write_text(json.dumps({"audio": audio.name, "text": "a b"}) + "\n")
+    seen = []
+
+    def engine(model, opts, choice):
+        seen.append(opts.initial_prompt)
+        return _Transcriber()
+
+    monkeypatch.setattr("fitwhisper.transcribe.run.make_engine", engine)
+    argv = ["evaluate", str(tiny_whisper_dir), str(manifest), "--initial_prompt", "Taipei, MRT."]
+    assert main([*argv, "--long_form", "-q"]) == 0
+    assert seen == ["Taipei, MRT."]
+    assert main(argv) == 1  # a configuration error, before any model loads
+    assert "--initial_prompt is used with --long_form only" in capsys.readouterr().err

@@ -52,6 +52,15 @@ class EvaluateCommand:
             "Without it, rows with segments are scored window by window.",
         },
     )
+    initial_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --long_form: prime the decoder with this text, as `fitwhisper "
+            "transcribe --initial_prompt` does (names, terms, the style of the text), to "
+            "see whether it helps; score once with it and once without.",
+            "metavar": "TEXT",
+        },
+    )
     output_dir: str | None = field(
         default=None,
         metadata={
@@ -122,13 +131,25 @@ def _evaluate(cmd: EvaluateCommand, cfg: EvalConfig, data_cfg: DataConfig) -> in
             "--long_form does not take --compare yet",
             hint="score each model with --long_form on its own, with the same options",
         )
+    if cmd.initial_prompt is not None and not cmd.long_form:
+        from fitwhisper.errors import ConfigError
+
+        raise ConfigError(
+            "--initial_prompt is used with --long_form only",
+            hint="add --long_form to score whole recordings as `transcribe` writes them; "
+            "clip-by-clip scoring feeds the model no prompt",
+        )
     if cmd.long_form:
         from fitwhisper.evaluate.long_form import evaluate_long_form
         from fitwhisper.transcribe.run import recording_transcriber
 
         def transcriber():
             return recording_transcriber(
-                cmd.model, language=cfg.language, task=cfg.task, output_script=cfg.output_script
+                cmd.model,
+                language=cfg.language,
+                task=cfg.task,
+                output_script=cfg.output_script,
+                initial_prompt=cmd.initial_prompt,
             )
 
         res = evaluate_long_form(cmd.model, cmd.manifest, transcriber, cfg, data_cfg)
