@@ -259,6 +259,21 @@ def measure(
     return format_section(ds, recordings, outcomes, singles, longs, metric, seed)
 
 
+def _weights_digest(model: str) -> str | None:
+    """sha256 of a model folder's weights; None for a named model (offline/..., a Hub id)."""
+    import hashlib
+
+    files = sorted(Path(model).glob("*.safetensors")) if Path(model).is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def format_section(ds, recordings, outcomes, singles, longs, metric, seed) -> str:
     from fitwhisper.report.stats import paired_bootstrap
 

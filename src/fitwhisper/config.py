@@ -666,12 +666,14 @@ class TrainConfig:
         default=0.2,
         metadata={
             **FRACTION,
-            "help": "The share of windows cut from long recordings that have earlier text in "
-            "their recording trained with it as Whisper's <|startofprev|> context (the "
-            "loss on the target alone), so conditioning on previous text and "
-            "--initial_prompt keep helping. Drawn per window from --seed; off with "
-            "--cache_encoder_outputs. 0.2 is cautious (distil-whisper's default), not yet "
-            "chosen by measurement.",
+            "help": "The share of training items that have earlier text trained with it as "
+            "Whisper's <|startofprev|> context (the loss on the target alone), so "
+            "conditioning on previous text and --initial_prompt keep helping: windows cut "
+            "from long recordings take their recording's earlier text; clips whose manifest "
+            "names the speaker (a speaker, speaker_id or client_id column) take that "
+            "speaker's previous clip's. Drawn per item from --seed; off with "
+            "--cache_encoder_outputs and for streamed shards' clips. 0.2 is cautious "
+            "(distil-whisper's default), not yet chosen by measurement.",
         },
     )
     # The earlier spelling of --encoder_input trimmed.

@@ -316,3 +316,38 @@ def test_csv_cells_give_offsets_and_segments(tmp_path: Path) -> None:
     assert first.text == "hi"  # an empty text cell: the segments' text
     assert bad.problem == "unparsable_row" and bad.detail == "offset 'soon': not seconds"
     assert (whole.offset_s, whole.duration_s, whole.segments) == (None, None, None)
+
+
+def test_a_clip_takes_its_speakers_previous_clip_as_context(
+    tmp_path: Path, tiny_en_processor
+) -> None:
+    """A manifest with a speaker column: each clip after a speaker's first has that
+    speaker's previous clip's text as context, trained with it as `<|startofprev|>` and no
+    loss on it; other speakers, rows without a speaker and windows keep their own."""
+    from fitwhisper.data.recordings import speaker_context
+
+    audio = _write(tmp_path / "a.wav", 2.0)
+    lines = [
+        {"audio": "a.wav", "text": "one", "speaker": "s1"},
+        {"audio": "a.wav", "text": "two", "speaker": 7},
+        {"audio": "a.wav", "text": "three", "speaker": "s1"},
+        {"audio": "a.wav", "text": "four"},
+        {"audio": "a.wav", "text": "five", "speaker": 7},
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows = load_manifest(manifest).rows
+    assert [r.speaker for r in rows] == ["s1", "7", "s1", None, "7"]
+    window = Row(5, 6, audio, "w", segments=(Segment(0, 1, "w"),), speaker="s1")
+    out, given = speaker_context([*rows, window])
+    assert [r.previous_text for r in out] == [None, None, "one", None, "two", None]
+    assert given == 2
+    ds = SpeechDataset(out, tiny_en_processor, previous_text_share=1.0)
+    item = ds[2]
+    tok = tiny_en_processor.tokenizer
+    context = tok(" one", add_special_tokens=False).input_ids
+    sop = tok.convert_tokens_to_ids("<|startofprev|>")
+    assert item["decoder_input_ids"][: len(context) + 1] == [sop, *context]
+    assert item["labels"][: len(context) + 1] == [-100] * (len(context) + 1)
+    assert tok.decode(item["labels"][len(context) + 1 :], skip_special_tokens=True) == "three"
+    assert "decoder_input_ids" not in ds[0]  # a speaker's first clip: nothing before it

@@ -44,6 +44,9 @@ from fitwhisper.errors import DataError
 log = logging.getLogger(__name__)
 
 ID_COLUMNS = ("id", "utt_id", "key")
+# Who speaks in a row, where a manifest says it (Common Voice's client_id): training gives
+# a clip its speaker's previous clip as context (data/recordings.py speaker_context).
+SPEAKER_COLUMNS = ("speaker", "speaker_id", "client_id")
 
 # Row-level parse problems; `check` adds the audio and text ones.
 UNPARSABLE_ROW = "unparsable_row"
@@ -82,8 +85,10 @@ class Row:
             file beside the recording), in seconds from its start (from `offset_s`);
             None: the row is one clip with one transcript.
         previous_text: the text before this row in the same recording (a window cut from a
-            long recording, data/recordings.py), for training with it as Whisper's
-            `<|startofprev|>` context; None where there is none.
+            long recording, data/recordings.py) or, for a clip, its speaker's previous
+            clip's, for training with it as Whisper's `<|startofprev|>` context; None where
+            there is none.
+        speaker: the manifest's speaker column (SPEAKER_COLUMNS), None without one.
         header_only: the data check read only this row's audio header (`train --check
             sample:N`): training checks its samples as it loads them (data/late_check.py).
     """
@@ -101,6 +106,7 @@ class Row:
     segments: tuple[Segment, ...] | None = None
     previous_text: str | None = None
     header_only: bool = False
+    speaker: str | None = None
 
 
 @dataclass
@@ -546,6 +552,7 @@ class RowMaker:
     id_col: str | None
     columns: list[str]
     seg_col: str | None = None  # timed segments of a long recording (data/segments.py)
+    speaker_col: str | None = None
 
     @classmethod
     def for_records(
@@ -582,6 +589,7 @@ class RowMaker:
             next((c for c in ID_COLUMNS if c in columns), None),
             columns,
             seg_col,
+            next((c for c in SPEAKER_COLUMNS if c in columns), None),
         )
 
     def row(self, index: int, line: int, obj: dict | None, parse_error: str | None) -> Row:
@@ -590,6 +598,8 @@ class RowMaker:
         row = _row(
             obj, index, line, self.base, self.audio_col, self.text_col, self.lang_col, self.id_col
         )
+        if self.speaker_col:
+            row.speaker = _speaker(obj.get(self.speaker_col))
         return _with_span(row, obj, self.seg_col)
 
 
@@ -691,6 +701,13 @@ def _text(value, problem, detail, column: str = "text"):
             detail = "transcript is not valid UTF-8 (saved as Big5/GBK/Latin-1? convert with iconv)"
         text = _repair(text)
     return text, problem, detail
+
+
+def _speaker(value) -> str | None:
+    """A speaker column's value as text (ids may be numbers); None where it is empty."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return _repair(str(value).strip()) or None
 
 
 def _lang(value) -> str | None:

@@ -180,6 +180,29 @@ def _step_floor(seconds: float) -> float:
     return int(max(0.0, seconds) / TIMESTAMP_SECONDS + 1e-6) * TIMESTAMP_SECONDS
 
 
+def speaker_context(rows: Sequence[Row]) -> tuple[list[Row], int]:
+    """Training clips with their speaker's previous clip's text as `previous_text` (rows in
+    the given order; the last PREVIOUS_TEXT_CHARS of it), so clip data trains Whisper's
+    context too, as long recordings' windows do: read speech has no recording around a
+    clip, and its speaker's last sentence is the nearest thing to what came before. Only
+    clips whose manifest names the speaker; windows of long recordings keep their own.
+    Returns the rows and how many got a context."""
+    last: dict[str, str] = {}
+    out, given = [], 0
+    for row in rows:
+        if row.speaker is None or row.segments is not None or row.previous_text is not None:
+            out.append(row)
+            continue
+        before = last.get(row.speaker)
+        if before:
+            row = replace(row, previous_text=before[-PREVIOUS_TEXT_CHARS:])
+            given += 1
+        if row.text and row.text.strip():
+            last[row.speaker] = row.text.strip()
+        out.append(row)
+    return out, given
+
+
 # --- labels -------------------------------------------------------------------------------
 
 

@@ -109,7 +109,7 @@ def datasets(
     from fitwhisper.codeswitch import dataset_language
     from fitwhisper.data import augment
     from fitwhisper.data.features import SpeechDataset, WhisperCollator
-    from fitwhisper.data.recordings import label_shares
+    from fitwhisper.data.recordings import label_shares, speaker_context
     from fitwhisper.data.training_data import training_data
     from fitwhisper.train import ranks
     from fitwhisper.train.guard import tagged
@@ -137,9 +137,19 @@ def datasets(
             augmenter,
             rows.n_train,
         )
-    timestamp_share, previous_text_share = label_shares(train_cfg, processor.tokenizer, rows.train)
+    train_rows = rows.train
+    if train_cfg.previous_text_share > 0 and not train_cfg.cache_encoder_outputs:
+        train_rows, given = speaker_context(rows.train)
+        if given:
+            log.info(
+                "%d training clips have their speaker's previous clip as context; %.0f%% of "
+                "them train with it (--previous_text_share)",
+                given,
+                100 * train_cfg.previous_text_share,
+            )
+    timestamp_share, previous_text_share = label_shares(train_cfg, processor.tokenizer, train_rows)
     train_ds = SpeechDataset(
-        rows.train,
+        train_rows,
         processor,
         language=ds_language,
         task=model_cfg.task,
