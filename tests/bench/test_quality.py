@@ -195,3 +195,31 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
     assert quality.main([*argv, "--work", str(work)]) == 0
     assert capsys.readouterr().out.count("(kept from ") == 1  # zero-shot only: the defaults
     # ran again, so its beam-search row did too
+
+
+def test_long_form_errors_are_charged_to_the_clips_they_touch(tmp_path: Path):
+    """bench/long_form_quality.py: a recording's edits land on its clips (an insertion
+    between clips on the earlier one), so long-form and single-clip errors pair by clip; the
+    recordings hold every held-out clip at its known time."""
+    import numpy as np
+    import soundfile as sf
+
+    lf = sys.modules["long_form_quality"]  # bench/quality.py imports it
+    refs = [["a", "b"], ["c", "d"], ["e"]]
+    errors, deletions = lf.charge_to_clips(refs, ["a", "x", "c", "d", "z", "e"])
+    assert (errors, deletions) == ([1, 1, 0], [0, 0, 0])
+    errors, deletions = lf.charge_to_clips(refs, ["a", "b"])
+    assert (errors, deletions) == ([0, 2, 1], [0, 2, 1])
+    assert lf.charge_to_clips(refs, []) == ([2, 2, 1], [2, 2, 1])
+    rows = []
+    for i in range(5):
+        path = tmp_path / f"{i}.wav"
+        sf.write(path, np.full(16000 * (i + 1), 0.1, np.float32), 16000)
+        rows.append({"audio": str(path), "text": f"clip {i}"})
+    (rec,) = lf.build_recordings(rows, tmp_path / "out", seed=0)  # 15 s: one recording
+    assert rec.texts == [f"clip {i}" for i in range(5)]
+    assert [round(e - s, 3) for s, e in rec.times] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(
+        b[0] - a[1] >= lf.PAUSE_S[0] - 1e-3 for a, b in zip(rec.times, rec.times[1:], strict=False)
+    )
+    assert "clip" in lf.domain_prompt(rec.texts)
