@@ -669,11 +669,21 @@ class TrainConfig:
             "help": "The share of training items that have earlier text trained with it as "
             "Whisper's <|startofprev|> context (the loss on the target alone), so "
             "conditioning on previous text and --initial_prompt keep helping: windows cut "
-            "from long recordings take their recording's earlier text; clips whose manifest "
-            "names the speaker (a speaker, speaker_id or client_id column) take that "
-            "speaker's previous clip's. Drawn per item from --seed; off with "
-            "--cache_encoder_outputs and for streamed shards' clips. 0.2 is cautious "
-            "(distil-whisper's default), not yet chosen by measurement.",
+            "from long recordings take their recording's earlier text (and, with "
+            "--speaker_context, clips their speaker's previous clip's). Drawn per item from "
+            "--seed; off with --cache_encoder_outputs. 0.2 is cautious (distil-whisper's "
+            "default), not yet chosen by measurement.",
+        },
+    )
+    speaker_context: bool = field(
+        default=False,
+        metadata={
+            "help": "Clips whose manifest names the speaker (a speaker, speaker_id or "
+            "client_id column) have that speaker's previous clip's transcript (manifest "
+            "order) as earlier text, trained as context at --previous_text_share, so a "
+            "fine-tune on clips keeps using a prompt. Off by default: not yet measured on "
+            "speakers the training never heard. Not for streamed shards' clips, nor with "
+            "--cache_encoder_outputs.",
         },
     )
     # The earlier spelling of --encoder_input trimmed.

@@ -87,3 +87,40 @@ def test_long_recordings_train(kind: str, tiny_whisper_dir: Path, tmp_path: Path
             "segments_left_out": {},
             "left_out_examples": [],
         }
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_clips_take_their_speakers_previous_clip_only_when_asked(
+    asked: bool, tiny_whisper_dir: Path, tmp_path: Path, caplog
+) -> None:
+    """--speaker_context: the clips of a manifest with a speaker column train with their
+    speaker's previous clip as context (the run says how many); without it, as before."""
+    import logging
+
+    audio = _recording(tmp_path / "data")
+    rows = [
+        {"audio": audio.name, "offset": a, "duration": b - a, "text": t, "speaker": "s1"}
+        for a, b, t in CUES
+    ]
+    manifest = audio.parent / "train.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="fitwhisper"):
+        result = train(
+            ModelConfig(model=str(tiny_whisper_dir)),
+            DataConfig(),
+            TrainConfig(
+                output_dir=str(tmp_path / "run"),
+                train_manifest=str(manifest),
+                per_device_train_batch_size=2,
+                max_steps=1,
+                eval_strategy="no",
+                save_strategy="no",
+                report_to="none",
+                previous_text_share=1.0,
+                speaker_context=asked,
+            ),
+        )
+    assert result.global_step == 1
+    said = [r.getMessage() for r in caplog.records if "previous clip as context" in r.getMessage()]
+    assert said == (["4 training clips have their speaker's previous clip as context; 100% of "
+                     "them train with it (--previous_text_share)"] if asked else [])  # fmt: skip

@@ -123,6 +123,12 @@ def datasets(
     if rows.stream is not None:  # read shard by shard as it trains (train/streamed.py)
         from fitwhisper.train import streamed
 
+        if train_cfg.speaker_context:
+            log.warning(
+                "--speaker_context: streamed clips train without it (a shard reader keeps no "
+                "speaker's previous clip)"
+            )
+
         train_ds, train_collator = streamed.dataset(
             rows.stream, processor, loaded, model_cfg, data_cfg, train_cfg, language, augmenter
         )
@@ -138,7 +144,9 @@ def datasets(
             rows.n_train,
         )
     train_rows = rows.train
-    if train_cfg.previous_text_share > 0 and not train_cfg.cache_encoder_outputs:
+    if train_cfg.speaker_context and train_cfg.cache_encoder_outputs:
+        log.warning("--speaker_context: not with --cache_encoder_outputs; clips train without")
+    elif train_cfg.speaker_context and train_cfg.previous_text_share > 0:
         train_rows, given = speaker_context(rows.train)
         if given:
             log.info(
