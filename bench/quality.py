@@ -294,8 +294,8 @@ RECIPES = {
     "mixed-0.05": "fitwhisper's defaults with `--full_window_share 0.05` (the default until "
     "2026-11-29)",
     "epochs-3": "fitwhisper's defaults with `--num_train_epochs 3` (before the epochs rule)",
-    "previous-text-0": "fitwhisper's defaults with `--previous_text_share 0` (no context "
-    "training: the defaults on clip data until 2026-12-07)",
+    "speaker-context": "fitwhisper's defaults with `--speaker_context` (each clip trained at "
+    "--previous_text_share with its speaker's previous clip as context)",
     "epochs-6": "fitwhisper's defaults with `--num_train_epochs 6`",
     "epochs-12": "fitwhisper's defaults with `--num_train_epochs 12`",
     "augment-medium-epochs-6": "fitwhisper's defaults with `--augment medium --num_train_epochs 6`",
@@ -330,7 +330,7 @@ TRAIN_OPTIONS = {
     "augment-strong": ["--augment", "strong"],
     "full-window": ["--encoder_input", "full"],
     "mixed-0.05": ["--full_window_share", "0.05"],
-    "previous-text-0": ["--previous_text_share", "0"],
+    "speaker-context": ["--speaker_context"],
     # Given after --epochs' own flag, so these rows train their epochs whatever --epochs says.
     "epochs-3": ["--num_train_epochs", "3"],
     "epochs-6": ["--num_train_epochs", "6"],
@@ -352,7 +352,7 @@ PAIRS = (
     ("full-window", "defaults"),
     ("mixed-0.05", "defaults"),
     ("defaults", "epochs-3"),
-    ("defaults", "previous-text-0"),
+    ("speaker-context", "defaults"),
     ("epochs-6", "defaults"),
     ("epochs-12", "defaults"),
     ("epochs-12", "epochs-6"),
