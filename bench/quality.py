@@ -50,6 +50,12 @@ Another starting model (`--model`; a multilingual one on en is prompted in Engli
 compare recipes by model size; give it its own --work:
     PYTHONPATH=src python bench/quality.py --set en --model offline/base --work W2
 
+`--long_form` also joins the held-out clips into recordings of minutes and transcribes
+them with every trained row's model as `fitwhisper transcribe` does, with and without a
+prompt of domain words (bench/long_form_quality.py):
+    PYTHONPATH=src python bench/quality.py --set en --recipes zero-shot,defaults,standard \
+        --long_form --work W
+
 Every model is scored the same way: greedy generation at 30 s input (as every engine feeds
 the model) on the held-out clips; the -beam5 rows score a row's model by beam search of 5.
 Differences are paired by clip, with the 95% interval of a paired bootstrap
