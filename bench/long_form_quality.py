@@ -5,8 +5,9 @@
 
 Run through `bench/quality.py --long_form`, after its rows are trained and scored as single
 clips. The held-out clips, speaker after speaker in manifest order, are joined into
-recordings of at least MIN_RECORDING_S (at most MAX_RECORDING_S), a seeded pause of
-PAUSE_S between clips and LEAD_S of silence at each end; each clip is a reference segment
+recordings of about equal length, each of at least MIN_RECORDING_S of speech where the
+set has that much, a seeded pause of PAUSE_S between clips and LEAD_S of silence at each
+end; each clip is a reference segment
 with its known times. Every row's model transcribes every recording the way
 `fitwhisper transcribe` does by default (`transcribe.run.recording_transcriber`: the
 transformers engine, Whisper's sequential long-form windows with segment timestamps,
@@ -40,7 +41,6 @@ from pathlib import Path
 
 SAMPLE_RATE = 16000
 MIN_RECORDING_S = 120.0
-MAX_RECORDING_S = 300.0
 PAUSE_S = (0.5, 2.0)
 LEAD_S = 0.5
 PROMPT_WORDS = 12
@@ -168,7 +168,6 @@ def transcribe_all(
     model: str,
     recordings: list[Recording],
     language: str | None,
-    metric: str,
     normalizer: Callable[[str], str],
     clip_order: list[str],
     units_of: Callable[[str], list[str]],
@@ -249,7 +248,6 @@ def measure(
                 o.model,
                 recordings,
                 ds.language,
-                metric,
                 normalizer,
                 single.ids,
                 lambda text: _units(text, metric),
