@@ -46,6 +46,7 @@ LAYERS = {
     ),
     "config": 1,  # re-exports eval_config's EvalConfig
     "safe_text": 0,  # one writer per kind of output: imports nothing of fitwhisper
+    "text_joins": 0,  # how transcript pieces join: imports nothing of fitwhisper
     **dict.fromkeys(("scoring", "codeswitch", "paths", "folder_lock", "output_guard"), 1),
     **dict.fromkeys(("chinese_script", "models", "recipes"), 2),
     **dict.fromkeys(("data", "memory"), 3),

@@ -10,6 +10,7 @@ module imports a layer above its own (tests/test_package_shape.py):
   `precision` (fp32, fp16 or bf16 for a run), `method` (full, LoRA, 8-bit, 4-bit);
   `recipes` (the defaults that depend on the method, chosen by measurement)
 - `safe_text` (text from outside written safely: one writer per kind of output)
+- `text_joins` (how pieces of a transcript join: spaced scripts with a space, CJK without)
 - `output_guard` (the one rule of every command's outputs: never onto an input, writable,
   --force only over what fitwhisper made), `paths` (storage failures told as such),
   `folder_lock` (one command per output folder)

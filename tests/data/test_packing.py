@@ -107,6 +107,22 @@ def test_plain_text_joins_english_clips_with_a_space(tiny_whisper_dir: Path, tmp
     assert processor.tokenizer.decode(ds[0]["labels"], skip_special_tokens=True) == "one two three"
 
 
+def test_timestamped_english_segments_start_with_whisper_s_space(
+    tiny_whisper_dir: Path, tmp_path
+) -> None:
+    # As Whisper writes them (" It was"): a model trained on segments without it returns
+    # them without, and a transcript's words glue at every segment join.
+    from transformers import WhisperProcessor
+
+    tok = (processor := WhisperProcessor.from_pretrained(tiny_whisper_dir)).tokenizer
+    paths = [write_tone(tmp_path / f"c{i}.wav", 0.5) for i in range(2)]
+    rows = [Row(index=i, line=i + 1, audio=p, text=t) for i, (p, t) in
+            enumerate(zip(paths, ("one two", " three"), strict=True))]  # fmt: skip
+    labels = PackedDataset(rows, [Window((0, 1), 1.0)], processor, timestamp_fraction=1.0)[0]
+    text = tok.decode(labels["labels"], decode_with_timestamps=True, skip_special_tokens=True)
+    assert text == "<|0.00|> one two<|0.50|><|0.50|> three<|1.00|>"
+
+
 def test_audio_of_a_window_is_its_clips_in_order(tiny_whisper_dir: Path, tmp_path: Path) -> None:
     from transformers import WhisperProcessor
 

@@ -246,7 +246,7 @@ def test_a_window_trained_with_its_previous_text(tiny_en_processor) -> None:
     target = labels[len(context) + 1 :]
     assert target == inputs[len(context) + 2 :] + [tok.eos_token_id]
     assert tok.decode(target, decode_with_timestamps=True) == (
-        "<|0.00|>second<|1.00|><|1.50|>part<|2.00|><|endoftext|>"
+        "<|0.00|> second<|1.00|><|1.50|> part<|2.00|><|endoftext|>"
     )
 
 

@@ -73,6 +73,19 @@ def test_txt_is_the_joined_text() -> None:
     assert render(_transcript(), "txt") == "Hello there. Second\nline.\n"
 
 
+def test_segments_without_whisper_s_leading_space_do_not_glue() -> None:
+    # A fine-tune's segments ("therePop" was two errors a join in long-form scoring).
+    t = Transcript(
+        "a.wav",
+        (Segment(0, 0.0, 2.0, "Get there"), Segment(1, 2.5, 4.0, "Pop it"),
+         Segment(2, 4.5, 5.0, " now"), Segment(3, 5.0, 6.0, "你好"), Segment(4, 6.0, 7.0, "世界")),
+        "en",
+        7.0,
+    )  # fmt: skip
+    assert t.text == "Get there Pop it now你好世界"
+    assert render(t, "txt") == "Get there Pop it now你好世界\n"
+
+
 def test_segments_are_kept_in_time_order_without_losing_text() -> None:
     # As a 30 s window boundary left them: the next window's first cue starting before the
     # last one of the window before ends, one cue inside another, an empty one.

@@ -6,9 +6,10 @@ into one window of up to 30 s trains on the same audio with a fraction of the en
 The transcripts are joined in Whisper's own timestamp format, as in its pre-training and in
 distil-whisper's training data:
 
-    <|startoftranscript|><|zh|><|transcribe|><|0.00|>first<|4.86|><|4.86|>second<|9.72|>...
+    <|startoftranscript|><|en|><|transcribe|><|0.00|> First<|4.86|><|4.86|> Second<|9.72|>...
 
-(no `<|notimestamps|>`), so the model keeps segmenting and timing speech. A share of the
+(no `<|notimestamps|>`; each segment of a spaced script with Whisper's leading space,
+text_joins.leading_space), so the model keeps segmenting and timing speech. A share of the
 windows (`single_clip_share`, evenly spread) holds one clip only, labelled as plain text after
 `<|notimestamps|>`, the mode WER/CER scoring and most transcription generate in. Both matter:
 base fine-tuned on AISHELL with every window packed (half timestamped, half plain text) ran
@@ -34,9 +35,9 @@ from torch.utils.data import Dataset
 from fitwhisper.data.features import clip_inputs, prefix_ids
 from fitwhisper.data.late_check import load_training_audio
 from fitwhisper.data.manifest import Row
-from fitwhisper.data.segments import needs_space as _needs_space
 from fitwhisper.data.timestamp_tokens import has_timestamp_tokens, timestamp_id
 from fitwhisper.errors import DataError
+from fitwhisper.text_joins import leading_space, needs_space
 from fitwhisper.whisper_facts import (
     HOP_LENGTH,
     SAMPLE_RATE,
@@ -220,7 +221,8 @@ class PackedDataset(Dataset):
             text = self.rows[r].text or ""
             if timed:
                 labels.append(timestamp_id(tok, at / SAMPLE_RATE))
-            elif _needs_space(previous, text):
+                text = leading_space(text)
+            elif needs_space(previous, text):
                 text = " " + text
             labels += tok(text, add_special_tokens=False).input_ids
             if timed:

@@ -16,8 +16,9 @@ The cut, for each row with segments (data/segments.py), segments in time order:
   recording's other segments are used. Nothing is dropped without being counted.
 
 The labels follow `data/packing.py`'s timestamp format (segment times relative to the
-window's start, `<|t0|>text<|t1|>` per segment, no `<|notimestamps|>`), the format of
-Whisper's pre-training and of distil-whisper's training data. With a window's previous
+window's start, `<|t0|> text<|t1|>` per segment with Whisper's leading space where the
+script has spaces, no `<|notimestamps|>`), the format of Whisper's pre-training and of
+distil-whisper's training data. With a window's previous
 text as context, the decoder reads `<|startofprev|> previous text <|startoftranscript|>
 ...` and the loss is taken on the target alone (labels -100 over the context), as
 Whisper's `condition_on_previous_text` and `initial_prompt` feed it at inference.
@@ -32,8 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from fitwhisper.data.manifest import Row
-from fitwhisper.data.segments import Segment, join_texts
+from fitwhisper.data.segments import Segment
 from fitwhisper.data.timestamp_tokens import has_timestamp_tokens, timestamp_id
+from fitwhisper.text_joins import join_texts, leading_space
 from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
@@ -254,7 +256,7 @@ def window_labels(
         labels = [t for t in prefix if t != no_ts]
         for s in row.segments:
             labels.append(timestamp_id(tokenizer, s.start))
-            labels += tokenizer(s.text, add_special_tokens=False).input_ids
+            labels += tokenizer(leading_space(s.text), add_special_tokens=False).input_ids
             labels.append(timestamp_id(tokenizer, min(s.end, WINDOW_SECONDS)))
     else:
         labels = list(prefix) + tokenizer(row.text or "", add_special_tokens=False).input_ids

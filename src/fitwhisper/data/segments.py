@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fitwhisper.text_joins import join_texts
 from fitwhisper.whisper_facts import TIMESTAMP_SECONDS, WINDOW_SECONDS
 
 SEGMENT_COLUMNS = ("segments", "sentences")  # tried in order
@@ -120,22 +121,8 @@ def _seconds(value) -> bool:
 
 
 def joined_text(segments: Sequence[Segment]) -> str:
-    """The segments' texts as one transcript (`join_texts`)."""
+    """The segments' texts as one transcript (text_joins.join_texts)."""
     return join_texts(s.text for s in segments)
-
-
-def join_texts(texts: Iterable[str]) -> str:
-    """Transcripts joined as one: a space between words of spaced scripts, none between CJK
-    (as packed clips are joined, data/packing.py)."""
-    out = ""
-    for text in texts:
-        out += (" " if needs_space(out, text) else "") + text
-    return out
-
-
-def needs_space(before: str, after: str) -> bool:
-    """Plain-text joins: a space between words of spaced scripts, none between CJK clips."""
-    return bool(before) and bool(after) and before[-1].isascii() and after[0].isascii()
 
 
 def segment_problems(segments: Sequence[Segment], audio_s: float | None) -> list[tuple[str, str]]:

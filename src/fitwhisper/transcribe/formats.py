@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from fitwhisper.safe_text import json_text, one_line, plain_text, vtt_cue
+from fitwhisper.text_joins import join_texts
 
 OutputFormat = Literal["txt", "json", "srt", "vtt", "tsv"]
 FORMATS: tuple[OutputFormat, ...] = ("txt", "json", "srt", "vtt", "tsv")
@@ -94,7 +95,7 @@ def in_time_order(segments: Sequence[Segment]) -> tuple[Segment, ...]:
                 words = None
                 if prev.words is not None or s.words is not None:
                     words = (prev.words or ()) + _words_from(s.words or (), prev.start, prev.end)
-                out[-1] = replace(prev, text=prev.text + s.text, words=words)
+                out[-1] = replace(prev, text=join_texts((prev.text, s.text)), words=words)
                 continue
             s = replace(
                 s,
@@ -158,6 +159,6 @@ def _spoken(segments) -> list[Segment]:
 
 
 def _join(texts) -> str:
-    """Segment texts joined; Whisper's BPE keeps the leading space of space-separated
-    languages inside the text, so plain concatenation is right for both kinds."""
-    return "".join(t for t in texts if t.strip()).strip()
+    """Segment texts joined by text_joins' rule: a fine-tuned model's segments may lack the
+    leading space Whisper's own carry ("It was" for " It was")."""
+    return join_texts(t for t in texts if t.strip()).strip()
