@@ -7,11 +7,15 @@ Run through `bench/quality.py --long_form`, after its rows are trained and score
 clips. The held-out clips, speaker after speaker in manifest order, are joined into
 recordings of about equal length, each of at least MIN_RECORDING_S of speech where the
 set has that much, a seeded pause of PAUSE_S between clips and LEAD_S of silence at each
-end; each clip is a reference segment
-with its known times. Every row's model transcribes every recording the way
-`fitwhisper transcribe` does by default (`transcribe.run.recording_transcriber`: the
-transformers engine, Whisper's sequential long-form windows with segment timestamps,
-conditioning on the previous text, beam search of 5), once without a prompt and once with
+end; each clip is a reference segment with its known times: where its speech starts and
+ends (its first and last 10 ms frame within SPEECH_DB of its loudest), not its file's
+edges, since the recorded clips hold about 0.4 s of silence at each end (speechocean762),
+which would otherwise count against every model's boundaries.
+
+Every row's model transcribes every recording the way `fitwhisper transcribe` does by
+default (`transcribe.run.recording_transcriber`: the transformers engine, Whisper's
+sequential long-form windows with segment timestamps, conditioning on the previous text,
+beam search of 5), once without a prompt and once with
 `--initial_prompt` holding the recording's domain words (PROMPT_WORDS of its longest
 distinct reference words, as a user lists the names and terms a recording holds).
 
@@ -45,6 +49,7 @@ PAUSE_S = (0.5, 2.0)
 LEAD_S = 0.5
 PROMPT_WORDS = 12
 BEAM = 5  # `fitwhisper transcribe`'s default
+SPEECH_DB = 35.0  # a frame this far below the clip's loudest is silence
 
 
 @dataclass
@@ -105,7 +110,8 @@ def build_recordings(eval_rows: list[dict], folder: Path, seed: int) -> list[Rec
                 pieces.append(np.zeros(int(pause * SAMPLE_RATE), np.float32))
                 at += int(pause * SAMPLE_RATE) / SAMPLE_RATE
             pieces.append(audio)
-            times.append((round(at, 3), round(at + len(audio) / SAMPLE_RATE, 3)))
+            lead, tail = speech_extent(audio)
+            times.append((round(at + lead, 3), round(at + tail, 3)))
             at += len(audio) / SAMPLE_RATE
         pieces.append(np.zeros(int(LEAD_S * SAMPLE_RATE), np.float32))
         path = folder / f"recording-{i:02d}.wav"
@@ -129,6 +135,22 @@ def build_recordings(eval_rows: list[dict], folder: Path, seed: int) -> list[Rec
             f.write(json.dumps({"audio": r.audio, "text": " ".join(r.texts), "segments": segments}))
             f.write("\n")
     return recordings
+
+
+def speech_extent(audio) -> tuple[float, float]:
+    """Seconds from a clip's start to where its speech starts and to where it ends: its
+    first and last 10 ms frame within SPEECH_DB of its loudest (the whole clip if silent)."""
+    import numpy as np
+
+    frame = SAMPLE_RATE // 100
+    n = len(audio) // frame
+    if n == 0:
+        return 0.0, len(audio) / SAMPLE_RATE
+    power = np.mean(np.square(audio[: n * frame].reshape(n, frame), dtype=np.float64), axis=1)
+    loud = np.flatnonzero(power >= power.max() * 10 ** (-SPEECH_DB / 10))
+    if power.max() == 0 or len(loud) == 0:
+        return 0.0, len(audio) / SAMPLE_RATE
+    return float(loud[0]) / 100, float(loud[-1] + 1) / 100
 
 
 def domain_prompt(texts: list[str]) -> str:
@@ -273,6 +295,8 @@ def _weights_digest(model: str) -> str | None:
 
 
 def format_section(ds, recordings, outcomes, singles, longs, metric, seed) -> str:
+    import soundfile
+
     from fitwhisper.report.stats import paired_bootstrap
 
     def rate(errors, units) -> str:
@@ -322,7 +346,7 @@ def format_section(ds, recordings, outcomes, singles, longs, metric, seed) -> st
             diff(lf.errors, lf.prompted_errors, lf.units),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    minutes = [(max(e for _, e in r.times) + LEAD_S) / 60 for r in recordings]
+    minutes = [soundfile.info(r.audio).duration / 60 for r in recordings]
     clips = sum(len(r.clips) for r in recordings)
     return "\n".join(
         [

@@ -214,12 +214,21 @@ def test_long_form_errors_are_charged_to_the_clips_they_touch(tmp_path: Path):
     rows = []
     for i in range(5):
         path = tmp_path / f"{i}.wav"
-        sf.write(path, np.full(16000 * (i + 1), 0.1, np.float32), 16000)
+        # 1-5 s of "speech" with 0.3 s of silence before it and 0.2 s after, as recorded
+        speech = np.full(16000 * (i + 1), 0.1, np.float32)
+        sf.write(path, np.concatenate([np.zeros(4800), speech, np.zeros(3200)]), 16000)
         rows.append({"audio": str(path), "text": f"clip {i}"})
-    (rec,) = lf.build_recordings(rows, tmp_path / "out", seed=0)  # 15 s: one recording
+    (rec,) = lf.build_recordings(rows, tmp_path / "out", seed=0)  # 17.5 s: one recording
     assert rec.texts == [f"clip {i}" for i in range(5)]
-    assert [round(e - s, 3) for s, e in rec.times] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    # A clip's reference times are its speech, not its file's silent edges.
+    assert [e - s for s, e in rec.times] == pytest.approx([1.0, 2.0, 3.0, 4.0, 5.0], abs=2e-3)
+    audio, _ = sf.read(rec.audio, dtype="float32")
+    for start, end in rec.times:
+        inside = audio[round(start * 16000) + 16 : round(end * 16000) - 16]
+        assert np.all(inside > 0.09)
+        assert audio[round(start * 16000) - 16] == 0 and audio[round(end * 16000) + 16] == 0
     assert all(
-        b[0] - a[1] >= lf.PAUSE_S[0] - 1e-3 for a, b in zip(rec.times, rec.times[1:], strict=False)
+        b[0] - a[1] >= lf.PAUSE_S[0] + 0.5 - 1e-3
+        for a, b in zip(rec.times, rec.times[1:], strict=False)
     )
     assert "clip" in lf.domain_prompt(rec.texts)
