@@ -246,8 +246,9 @@ def _write(folder: Path, split: str, rows: list[dict], audio_dir: Path) -> Path:
     with path.open("w") as f:
         for r in rows:
             rec = {"audio": str((audio_dir / r["audio"]).resolve()), "text": r["text"]}
-            if "language" in r:
-                rec["language"] = r["language"]
+            for key in ("language", "speaker"):  # a speaker: `train --speaker_context`
+                if key in r:
+                    rec[key] = r[key]
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return path
 

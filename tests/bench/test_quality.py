@@ -158,6 +158,10 @@ def test_quick_run_prints_one_row_per_recipe(shared_data, tmp_path, monkeypatch,
 
     assert len(speakers_of("train.jsonl")) == len(speakers_of("eval.jsonl")) == 2
     assert not speakers_of("train.jsonl") & speakers_of("eval.jsonl")
+    # The training manifest names each clip's speaker (what `--speaker_context` reads).
+    for line in (work / "en" / "train.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert row["speaker"] == speakers[row["audio"]]
 
     # Run again on the same work folder: the finished rows are read back, not trained again,
     # and a row measured under other conditions (here earlier defaults of `train`) runs again.
