@@ -32,6 +32,7 @@ from fitwhisper.transcribe.ct2_padding import padded_model
 from fitwhisper.transcribe.ct2_tails import with_tails_decoded
 from fitwhisper.transcribe.formats import Segment, Transcript, Word
 from fitwhisper.transcribe.options import TranscribeOptions
+from fitwhisper.transcribe.prompt import prompt_tokens
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
 from fitwhisper.whisper_facts import SAMPLE_RATE, WINDOW_SAMPLES, WINDOW_SECONDS, language_code
 
@@ -146,6 +147,17 @@ class CT2Engine:
             max_new_tokens=o.max_new_tokens,
         )
 
+    def _prompt(self, *, timestamps: bool) -> list[int] | None:
+        """`--initial_prompt` as token ids for the sequential decoding (transcribe/prompt.py;
+        the batched pipeline takes the text alone and encodes it itself)."""
+        if not self.opts.initial_prompt:
+            return None
+        tok = self.model.hf_tokenizer
+        first = tok.token_to_id("<|0.00|>") if timestamps else None
+        return prompt_tokens(
+            lambda t: tok.encode(t, add_special_tokens=False).ids, first, self.opts.initial_prompt
+        )
+
     def _pipeline_cuts(self, samples: int) -> bool:
         """Whether a file this long goes to the batched pipeline, which finds its speech
         itself (Silero VAD, cutting at pauses); `--mode auto` is batched only with VAD."""
@@ -188,13 +200,14 @@ class CT2Engine:
             # Up to 30 s: padded with silence, as in training (`ct2_padding`); a segment
             # that starts in that silence has nothing under it and is dropped below.
             heard = len(decoded) / SAMPLE_RATE
+            plain = o.timestamps == "none" and duration <= WINDOW_SECONDS
             segments, info = self.model.transcribe(
                 padded_like_training(decoded),
                 temperature=list(o.temperatures),
                 condition_on_previous_text=o.condition_on_previous_text,
-                without_timestamps=o.timestamps == "none" and duration <= WINDOW_SECONDS,
+                without_timestamps=plain,
                 vad_filter=False,
-                **self._common(),
+                **(self._common() | {"initial_prompt": self._prompt(timestamps=not plain)}),
             )
         # Decoded from the speech alone: times go back onto the file's.
         to_file = speech.span if speech is not None else _same

@@ -8,12 +8,15 @@ Whisper's normalisation), not at 0. A fine-tune never saw zero-filled frames, an
 where it hesitates that moves words (docs/export.md). `padded_model` gives
 faster-whisper's batched pipeline a feature extractor that pads each chunk with silence to
 30 s before computing its log-mel, as training does; the short window
-(`ct2_short_window`) then cuts those frames, so its 1 s margin is silence too.
+(`ct2_short_window`) then cuts those frames, so its 1 s margin is silence too. The same
+wrapper writes `--initial_prompt` as the sequential path does, as a timestamped segment
+(transcribe/prompt.py).
 """
 
 from __future__ import annotations
 
 from fitwhisper.data.audio import padded_like_training
+from fitwhisper.transcribe.prompt import as_segment
 
 
 class SilencePaddedFeatures:
@@ -34,11 +37,19 @@ class SilencePaddedFeatures:
 
 
 class _PaddedModel:
-    """A `WhisperModel` seen through `SilencePaddedFeatures`; everything else is its own."""
+    """A `WhisperModel` seen through `SilencePaddedFeatures`, its prompt written as a
+    timestamped segment (transcribe/prompt.py); everything else is its own."""
 
     def __init__(self, model) -> None:
         self._model = model
         self.feature_extractor = SilencePaddedFeatures(model.feature_extractor)
+
+    def get_prompt(self, tokenizer, previous_tokens, without_timestamps=False, **kwargs):
+        # The batched pipeline's only previous tokens are `--initial_prompt`'s, encoded
+        # from the text it is given (it takes no token ids).
+        if previous_tokens and not without_timestamps:
+            previous_tokens = as_segment(list(previous_tokens), tokenizer.timestamp_begin)
+        return self._model.get_prompt(tokenizer, previous_tokens, without_timestamps, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self._model, name)

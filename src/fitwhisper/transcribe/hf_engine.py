@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fitwhisper.data.timestamp_tokens import has_timestamp_tokens
 from fitwhisper.errors import ConfigError
 from fitwhisper.transcribe.formats import Segment, Transcript
 from fitwhisper.transcribe.options import TranscribeOptions
+from fitwhisper.transcribe.prompt import prompt_tokens
 from fitwhisper.transcribe.speech import Speech, find_speech, speech_method
 from fitwhisper.whisper_facts import (
     FRAMES_PER_SECOND,
@@ -118,11 +120,19 @@ class TransformersEngine:
         )
         lang_to_id = getattr(gen, "lang_to_id", None) or {}
         self._lang_of_id = {v: language_code(k) for k, v in lang_to_id.items()}
-        self.prompt_ids = (
-            self.processor.get_prompt_ids(opts.initial_prompt, return_tensors="pt").to(device)
-            if opts.initial_prompt
-            else None
-        )
+        # (timestamped, plain) prompts: which one a batch takes depends on its decoding.
+        self.prompt_ids = {}
+        if opts.initial_prompt:
+            tok = self.processor.tokenizer
+            start = tok.convert_tokens_to_ids("<|startofprev|>")
+            first = tok.convert_tokens_to_ids("<|0.00|>") if has_timestamp_tokens(tok) else None
+            for timed in (True, False):
+                ids = prompt_tokens(
+                    lambda t: tok(t, add_special_tokens=False).input_ids,
+                    first if timed else None,
+                    opts.initial_prompt,
+                )
+                self.prompt_ids[timed] = torch.tensor([start, *ids], device=device)
 
     def transcribe(
         self,
@@ -241,8 +251,8 @@ class TransformersEngine:
         )
         if self.multilingual:
             kwargs.update(language=langs, task=opts.task)
-        if self.prompt_ids is not None:
-            kwargs["prompt_ids"] = self.prompt_ids
+        if self.prompt_ids:
+            kwargs["prompt_ids"] = self.prompt_ids[not plain]
         if opts.max_new_tokens:
             kwargs["max_new_tokens"] = opts.max_new_tokens
         with torch.inference_mode():
