@@ -61,7 +61,7 @@ def test_transcripts_lose_the_loop_with_a_log_line(
     t = Transcript("talk.wav", tuple(_segments("hi", *["you"] * 40)), "en", 41.0)
     with caplog.at_level(logging.WARNING, logger="fitwhisper"):
         out = without_loops(t)
-    assert out.text == "hiyouyou" and out.extra["repeats_dropped"] == 38
+    assert out.text == "hi you you" and out.extra["repeats_dropped"] == 38
     assert "talk.wav: dropped 38 segments repeating the text before them" in caplog.text
     clean = Transcript("a.wav", tuple(_segments("a", "b")), "en", 2.0)
     assert without_loops(clean) is clean

@@ -10,12 +10,15 @@
 - `ct2_short_window`: its batched pipeline on the short encoder window, for a model whose
   training chose it
 - `ct2_padding`: short clips padded with silence before faster-whisper's log-mel, as in
-  training (faster-whisper fills the window with zeros)
+  training (faster-whisper fills the window with zeros), and the batched pipeline's prompt
+  written as `prompt` writes it
 - `ct2_tails`: speech the batched pipeline cut into a chunk but never decoded (an early
   end-of-text), decoded again
 - `speech`: where the speech is (voice activity, or an energy gate), and its times mapped
   back onto the file: both engines decode speech only
 - `repeats`: the guard that drops a text repeated segment after segment (a loop)
+- `prompt`: `--initial_prompt` as the decoder reads it (a short timestamped segment when
+  decoding with timestamps)
 - `run`: engine choice, decoding, batching, per-file errors; `transcribe_file`
 - `formats`: segments and the txt/json/srt/vtt/tsv writers
 
