@@ -36,6 +36,16 @@ def test_traditional_fine_tune_lowers_cer_and_reports_english_before_and_after(
     assert regression["normalizer"].startswith("whisper_english")
     assert regression["before"]["ref_units"] == regression["after"]["ref_units"] > 0
     assert result.eval_metrics["regression_after"] == regression["after"]["wer"]
+    # Language identification on the English set, before and after, stated on the card.
+    lid = regression["language_id"]
+    assert lid["before"]["clips"] == lid["after"]["clips"] == 4
+    assert sum(lid["after"]["detected"].values()) == 4
+    assert lid["difference"] == pytest.approx(lid["after"]["share"] - lid["before"]["share"])
+    card = (result.output_dir / "final" / "README.md").read_text(encoding="utf-8")
+    assert (
+        f"{round(100 * lid['before']['share'], 2)}% right before, "
+        f"{round(100 * lid['after']['share'], 2)}% after"
+    ) in card
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ wherever it is computed. Never teacher-forced.
 - `results`: `EvalResult` and `Comparison`, and the files and tables they write
 - `long_form`: `evaluate --long_form`: long recordings transcribed as `transcribe` does
   it, scored as one text each, with the mean segment boundary error
+- `language_id`: how often a model detects each clip's language (the forgetting guard's
+  before and after)
 
 `fitwhisper evaluate MODEL MANIFEST [--compare OTHER]` runs them; options are `EvalConfig`.
 """

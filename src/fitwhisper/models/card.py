@@ -253,6 +253,15 @@ def _results_section(facts: RunFacts) -> list[str]:
             f"{rm.upper()} {percent(r['before'][rm])}% before, {percent(r['after'][rm])}% after.",
             "",
         ]
+        if lid := r.get("language_id"):
+            # What `transcribe` without --language relies on (evaluate/language_id.py).
+            out += [
+                f"Language identification on the same clips (the language each is spoken "
+                f"in, detected as Whisper does without `--language`): "
+                f"{percent(lid['before']['share'])}% right before, "
+                f"{percent(lid['after']['share'])}% after.",
+                "",
+            ]
     return out
 
 

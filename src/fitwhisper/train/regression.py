@@ -3,8 +3,10 @@
 Fine-tuning on one language makes Whisper forget others (English, punctuation). With
 `fitwhisper train --regression_manifest english.jsonl`, that set is transcribed by generation
 with the starting model and with the fine-tuned one, each clip in its own language and scored
-by its own metric, and both are reported side by side (RUN/eval/regression.json). The rows
-come from rows.py, which also mixes rehearsal data into training.
+by its own metric, and both are reported side by side (RUN/eval/regression.json). A
+multilingual model also names each clip's language before and after (evaluate/language_id.py):
+a fine-tune on Mandarin that starts calling English "zh" breaks `transcribe` without
+`--language`. The rows come from rows.py, which also mixes rehearsal data into training.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from fitwhisper.config import EvalConfig
 from fitwhisper.evaluate import EvalResult
+from fitwhisper.evaluate.language_id import LanguageId, identify
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,9 @@ class RegressionReport:
 
     before: EvalResult
     after: EvalResult
+    # Each clip's language as the model detects it, before and after (None: English-only).
+    language_before: LanguageId | None = None
+    language_after: LanguageId | None = None
 
     def as_dict(self) -> dict:
         a, b = self.after.score, self.before.score
@@ -42,6 +48,12 @@ class RegressionReport:
         for name, res in (("before", self.before), ("after", self.after)):
             if "by_language" in (extra := res.extra_figures()):
                 out[name]["by_language"] = extra["by_language"]
+        if self.language_before is not None and self.language_after is not None:
+            out["language_id"] = {
+                "before": self.language_before.as_dict(),
+                "after": self.language_after.as_dict(),
+                "difference": self.language_after.share - self.language_before.share,
+            }
         return out
 
     def write(self, out_dir: str | Path) -> Path:
@@ -57,13 +69,20 @@ class RegressionReport:
     def format_table(self) -> str:
         a, b = self.after.score, self.before.score
         name = b.metric.upper()
-        return (
+        text = (
             f"regression set {self.before.manifest} ({b.n_utterances} clips, {name}, "
             f"{b.normalizer}):\n"
             f"  before fine-tuning {100 * b.normalized:6.2f}%  ({b.errors} errors)\n"
             f"  after fine-tuning  {100 * a.normalized:6.2f}%  ({a.errors} errors)\n"
             f"  difference         {100 * (a.normalized - b.normalized):+6.2f}pt"
         )
+        lb, la = self.language_before, self.language_after
+        if lb is not None and la is not None:
+            text += (
+                f"\n  language detected right: {100 * lb.share:.1f}% before, "
+                f"{100 * la.share:.1f}% after ({la.correct} of {len(la.expected)} clips)"
+            )
+        return text
 
 
 class RegressionGuard:
@@ -78,6 +97,7 @@ class RegressionGuard:
     def __init__(self, rows: Sequence, processor, manifest: str, cfg: EvalConfig) -> None:
         self.rows, self.processor, self.manifest, self.cfg = list(rows), processor, manifest, cfg
         self.before: EvalResult | None = None
+        self.language_before: LanguageId | None = None
 
     def score(self, model, name: str) -> EvalResult:
         """Transcribe and score the set with `model` (its generation config is restored)."""
@@ -117,6 +137,7 @@ class RegressionGuard:
 
     def score_before(self, model) -> None:
         self.before = self.score(model, "before fine-tuning")
+        self.language_before = identify(model, self.processor, self.rows, self.cfg.language)
         s = self.before.score
         log.info(
             "regression set before fine-tuning: %s %.2f%% on %d clips",
@@ -127,7 +148,12 @@ class RegressionGuard:
 
     def score_after(self, model, out_dir: Path) -> RegressionReport:
         assert self.before is not None, "score_before first"
-        report = RegressionReport(self.before, self.score(model, "after fine-tuning"))
+        report = RegressionReport(
+            self.before,
+            self.score(model, "after fine-tuning"),
+            self.language_before,
+            identify(model, self.processor, self.rows, self.cfg.language),
+        )
         report.write(out_dir)
         for line in report.format_table().splitlines():
             log.info("%s", line)

@@ -245,6 +245,7 @@
     }
     var kids = [table(["set", m.toUpperCase(), "errors", "difference", "clips better / worse / same"], rows, "accuracy")];
     kids.push(el("p", { cls: "muted", text: "normaliser: " + (mt.normalizer || "–") + "; substitutions " + mt.substitutions + ", deletions " + mt.deletions + ", insertions " + mt.insertions + (mt.skipped_rows ? "; " + mt.skipped_rows + " rows skipped" : "") }));
+    if (r && r.language_id) kids.push(el("p", { text: "language identification on the regression set (as transcribe detects it without --language): " + pct(r.language_id.before.share) + " right before, " + pct(r.language_id.after.share) + " after, of " + r.language_id.after.clips + " clips" }));
     if (mt.script) kids.push(el("p", { text: "script share: " + pct(mt.script.share) + " of the output in " + (mt.script.script || "the expected script") + " (references: " + pct(mt.script.reference_share) + ")" }));
     if (ev.by_language && ev.by_language.length > 1) kids.push(groupTable("by language", ev.by_language));
     return section("Accuracy", "accuracy", kids);
