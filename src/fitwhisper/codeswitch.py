@@ -44,3 +44,27 @@ def configure_no_language_token(model, task: str) -> None:
         return
     gen.language = gen.task = None
     gen.forced_decoder_ids = [[1, gen.task_to_id[task]], [2, gen.no_timestamps_token_id]]
+
+
+def untrained_language_ids(tokenizer, rows: Sequence, language: str | None) -> frozenset[int]:
+    """The language token a run gives the decoder but takes no loss on: the one language
+    every training row is prompted with (after `rows_for_strategy`), else none.
+
+    Trained on one language, the loss at that token teaches only "always this language",
+    and a Mandarin fine-tune with it named 34% of unseen English clips "zh" where the
+    original model named 9% (bench/RESULTS-quality.md); `transcribe` without `--language`
+    obeys that. The token stays in the decoder's input, so the language is still prompted
+    as in generation. Rows in several languages (rehearsal mixed in) keep their loss there:
+    they teach identification.
+    """
+    from fitwhisper.data.features import is_multilingual
+    from fitwhisper.whisper_facts import language_code
+
+    if not is_multilingual(tokenizer):
+        return frozenset()
+    spoken = {(r.language or language) and language_code(r.language or language) for r in rows}
+    if len(spoken) != 1 or None in spoken:
+        return frozenset()
+    token = f"<|{spoken.pop()}|>"
+    found = tokenizer.convert_tokens_to_ids(token)
+    return frozenset() if found in (None, tokenizer.unk_token_id) else frozenset({found})

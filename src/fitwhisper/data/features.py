@@ -181,11 +181,18 @@ class WhisperCollator:
     A leading `<|startoftranscript|>` is dropped from the labels because the model prepends
     `decoder_start_token_id` itself when it shifts labels into decoder inputs
     (https://huggingface.co/blog/fine-tune-whisper).
+
+    `untrained_ids`: tokens the decoder is given but has no loss on (a monolingual run's
+    language token, codeswitch.untrained_language_ids); batches holding one carry their
+    decoder inputs.
     """
 
-    def __init__(self, processor, decoder_start_token_id: int) -> None:
+    def __init__(
+        self, processor, decoder_start_token_id: int, untrained_ids: frozenset[int] = frozenset()
+    ) -> None:
         self.processor = processor
         self.decoder_start_token_id = decoder_start_token_id
+        self.untrained_ids = untrained_ids
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if "input_audio" in features[0]:  # --log_mel device: the trainer makes the features
@@ -200,15 +207,21 @@ class WhisperCollator:
                 [{"input_features": f["input_features"]} for f in features], return_tensors="pt"
             )
             audio = {"input_features": batch["input_features"]}
-        if any("decoder_input_ids" in f for f in features):
+        if any("decoder_input_ids" in f for f in features) or self._untrained_in(features):
             return {**audio, **self.with_context(features)}
         return {**audio, "labels": self.labels(features)}
 
+    def _untrained_in(self, features: list[dict[str, Any]]) -> bool:
+        # Such tokens sit in the prefix: <|startoftranscript|><|lang|>...
+        ids = self.untrained_ids
+        return bool(ids) and any(t in ids for f in features for t in f["labels"][:3])
+
     def with_context(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """`decoder_input_ids` and `labels` of a batch where some items train with previous
-        text before `<|startofprev|>` (data/recordings.py): the model cannot shift such
-        labels itself (their context is -100), so every item's decoder input is given, the
-        others' being their labels shifted right as the model would make it."""
+        text before `<|startofprev|>` (data/recordings.py), or hold an untrained token: the
+        model cannot shift such labels itself (their context is -100), so every item's
+        decoder input is given, the others' being their labels shifted right as the model
+        would make it."""
         pad = self.processor.tokenizer.pad_token_id
         pad = self.processor.tokenizer.eos_token_id if pad is None else pad
         inputs, targets = [], []
@@ -232,6 +245,8 @@ class WhisperCollator:
                 padding_value=value,
             )
 
+        if self.untrained_ids:
+            targets = [[-100 if t in self.untrained_ids else t for t in row] for row in targets]
         return {"decoder_input_ids": padded(inputs, pad), "labels": padded(targets, -100)}
 
     def labels(self, features: list[dict[str, Any]]) -> torch.Tensor:

@@ -177,7 +177,7 @@ def datasets(
             train_ds,
             rows.durations,
             loaded,
-            collator,
+            _training_collator(collator, train_rows, ds_language, train_cfg),
             train_cfg,
             language=language,
             precision=precision,
@@ -319,3 +319,22 @@ def trainer(
 
 def _hub(model_cfg: ModelConfig) -> dict:
     return {"cache_dir": model_cfg.cache_dir} if model_cfg.cache_dir else {}
+
+
+def _training_collator(collator, train_rows, language: str | None, train_cfg: TrainConfig):
+    """The evaluation collator, or one with no loss on the language token of a run whose
+    every row is in one language (codeswitch.untrained_language_ids). The encoder cache
+    keeps labels alone, so a cached run trains the token as before."""
+    from fitwhisper.codeswitch import untrained_language_ids
+    from fitwhisper.data.features import WhisperCollator
+
+    tokenizer = collator.processor.tokenizer
+    untrained = untrained_language_ids(tokenizer, train_rows, language)
+    if not untrained or train_cfg.cache_encoder_outputs:
+        return collator
+    log.info(
+        "%s is given to the decoder but has no loss: every training row is in that one "
+        "language, so its loss would teach the model to name it for any audio",
+        ", ".join(tokenizer.convert_ids_to_tokens(sorted(untrained))),
+    )
+    return WhisperCollator(collator.processor, collator.decoder_start_token_id, untrained)
