@@ -53,9 +53,9 @@ def untrained_language_ids(tokenizer, rows: Sequence, language: str | None) -> f
     Trained on one language, the loss at that token teaches only "always this language":
     offline/base fine-tuned on Mandarin with it named 65.6% of unseen English clips
     English, without it 87.7%, the original 91.4% (bench/RESULTS-quality.md), and
-    `transcribe` without `--language` obeys what the model names. The token stays in the decoder's input, so the language is still prompted
-    as in generation. Rows in several languages (rehearsal mixed in) keep their loss there:
-    they teach identification.
+    `transcribe` without `--language` obeys what the model names. The token stays in the
+    decoder's input, so the language is still prompted as in generation. Rows in several
+    languages (rehearsal mixed in) keep their loss there: they teach identification.
     """
     from fitwhisper.data.features import is_multilingual
     from fitwhisper.whisper_facts import language_code
