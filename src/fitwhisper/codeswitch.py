@@ -57,8 +57,7 @@ def untrained_language_ids(tokenizer, rows: Sequence, language: str | None) -> f
     decoder's input, so the language is still prompted as in generation. Rows in several
     languages (rehearsal mixed in) keep their loss there: they teach identification.
     """
-    from fitwhisper.data.features import is_multilingual
-    from fitwhisper.whisper_facts import language_code
+    from fitwhisper.whisper_facts import is_multilingual, language_code
 
     if not is_multilingual(tokenizer):
         return frozenset()

@@ -21,6 +21,17 @@ TIMESTAMP_SECONDS = 0.02  # between timestamp tokens: <|0.00|>, <|0.02|>, ... <|
 TIMESTAMP_TOKENS = round(WINDOW_SECONDS / TIMESTAMP_SECONDS) + 1  # 1501
 
 
+# Whisper's vocabularies: GPT-2's 50257 tokens for English-only models, so their
+# <|startoftranscript|> is id 50257; multilingual ones add a token and start at 50258.
+_ENGLISH_ONLY_SOT_ID = 50257
+
+
+def is_multilingual(tokenizer) -> bool:
+    """Whether a Whisper tokenizer belongs to a multilingual model, whose prefix names a
+    language (English-only vocabularies hold the language tokens too, never used)."""
+    return tokenizer.convert_tokens_to_ids("<|startoftranscript|>") != _ENGLISH_ONLY_SOT_ID
+
+
 def token_text(token: str) -> str:
     """A special token's text, bare: `<|transcribe|>` -> `transcribe`; `zh` stays `zh`."""
     return token.strip().strip("<|>")

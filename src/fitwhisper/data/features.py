@@ -20,16 +20,7 @@ from fitwhisper.data.late_check import load_training_audio
 from fitwhisper.data.manifest import Row
 from fitwhisper.data.recordings import chosen, window_labels
 from fitwhisper.errors import DataError
-from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE, WINDOW_SAMPLES
-
-# Whisper's vocabularies: GPT-2's 50257 tokens for English-only models, so their
-# <|startoftranscript|> is id 50257; multilingual ones add a token and start at 50258.
-_ENGLISH_ONLY_SOT_ID = 50257
-
-
-def is_multilingual(tokenizer) -> bool:
-    """Whether a Whisper tokenizer belongs to a multilingual model (which has language tokens)."""
-    return tokenizer.convert_tokens_to_ids("<|startoftranscript|>") != _ENGLISH_ONLY_SOT_ID
+from fitwhisper.whisper_facts import HOP_LENGTH, SAMPLE_RATE, WINDOW_SAMPLES, is_multilingual
 
 
 def prefix_ids(tokenizer, language: str | None, task: str | None) -> list[int]:
